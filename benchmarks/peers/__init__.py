@@ -1,0 +1,1 @@
+"""Peer-queue benchmark harness: PgQueuer and Procrastinate on the same PostgreSQL."""
