@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import shlex
 import shutil
 import socket
 import stat
@@ -173,7 +174,7 @@ def _check_reachable(paths: _Paths, bin_dir: Path, user: pwd.struct_passwd) -> N
     """Refuse (rather than chmod folders we do not own) if the server user cannot get in."""
     for target in (paths.root.parent, bin_dir):
         for folder in (target, *target.parents):
-            if not _can_search(folder, user):
+            if folder.exists() and not _can_search(folder, user):
                 raise EmbeddedUnavailable(
                     f"Running as root, the embedded server runs as {SYSTEM_USER!r}, which cannot "
                     f"enter {folder} (mode {stat.filemode(folder.stat().st_mode)}): set FAIRQ_HOME "
@@ -308,7 +309,8 @@ def _initdb(paths: _Paths, bin_dir: Path, user: pwd.struct_passwd | None) -> Non
 
 def _start(paths: _Paths, bin_dir: Path, user: pwd.struct_passwd | None) -> None:
     sock_dir = _socket_dir(paths, user)
-    opts = f"-c listen_addresses='' -k {sock_dir} -p {PORT}"
+    # pg_ctl hands -o to /bin/sh, hence the quoting
+    opts = f"-c listen_addresses='' -k {shlex.quote(str(sock_dir))} -p {PORT}"
     done = _run_as(user, [
         str(bin_dir / "pg_ctl"), "start", "-w", "-t", str(int(_START_TIMEOUT_S)),
         "-D", str(paths.pgdata), "-l", str(paths.log), "-o", opts,
@@ -350,6 +352,8 @@ def ensure_server(home: Path | None = None) -> str:
     bin_dir = _bin_dir()
     paths = _Paths.of((home or default_home()).resolve())
     user = _server_user()
+    if user is not None:  # before creating anything, then again for what umask gave us
+        _check_reachable(paths, bin_dir, user)
     _prepare_folders(paths, user)
     if user is not None:
         _check_reachable(paths, bin_dir, user)

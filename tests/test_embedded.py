@@ -245,7 +245,7 @@ def test_root_refuses_rather_than_chmodding_an_unreachable_home(
     assert str(private) in str(info.value) and "FAIRQ_HOME" in str(info.value)
     assert "\n" not in str(info.value)
     assert stat.S_IMODE(private.stat().st_mode) == 0o700
-    assert not (private / "home" / "embedded" / "pgdata").exists()
+    assert not (private / "home").exists()  # refused before creating anything
 
 
 def test_missing_package_gives_one_actionable_line(
