@@ -1,0 +1,70 @@
+"""Where fairq's database is: explicit DSN, ``FAIRQ_DATABASE_URL``, or the embedded server."""
+
+from __future__ import annotations
+
+import os
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+from fairq.errors import InvalidInput
+from fairq.schema import DEFAULT_SCHEMA, validate_schema_name
+
+ENV_URL = "FAIRQ_DATABASE_URL"
+ENV_SCHEMA = "FAIRQ_SCHEMA"
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    """Return the libpq DSN to use: ``dsn``, else ``$FAIRQ_DATABASE_URL``, else the embedded server."""
+    if dsn:
+        return dsn
+    env = os.environ.get(ENV_URL, "").strip()
+    if env:
+        return env
+    from fairq import embedded
+
+    return embedded.ensure_server()
+
+
+def resolve_schema(schema: str | None = None) -> str:
+    """Return the validated schema name: ``schema``, else ``$FAIRQ_SCHEMA``, else ``fairq``."""
+    return validate_schema_name(schema or os.environ.get(ENV_SCHEMA) or DEFAULT_SCHEMA)
+
+
+def sqlalchemy_url(dsn: str | None) -> str:
+    """Turn a libpq URL into SQLAlchemy's psycopg 3 form (``postgresql+psycopg://``)."""
+    if not dsn:
+        return "postgresql+psycopg://"
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if dsn.startswith(prefix):
+            return "postgresql+psycopg://" + dsn[len(prefix):]
+    if "=" in dsn:  # key=value DSN: hand it to psycopg untouched
+        from urllib.parse import quote
+
+        return "postgresql+psycopg:///?" + "&".join(
+            f"{k}={quote(v)}" for k, v in _parse_kv(dsn).items()
+        )
+    raise InvalidInput(f"not a PostgreSQL URL or DSN: {redact(dsn)}")
+
+
+def _parse_kv(dsn: str) -> dict[str, str]:
+    from psycopg.conninfo import conninfo_to_dict
+
+    return {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
+
+
+_KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def redact(dsn: str) -> str:
+    """The DSN with any password replaced by ``***``: safe for logs, errors and metrics."""
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, host = netloc.rsplit("@", 1)
+            if ":" in userinfo:
+                userinfo = userinfo.split(":", 1)[0] + ":***"
+            netloc = f"{userinfo}@{host}"
+        query = re.sub(r"(password=)[^&]*", r"\1***", parts.query, flags=re.IGNORECASE)
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return _KV_PASSWORD.sub(r"\1***", dsn)

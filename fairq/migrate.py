@@ -1,0 +1,64 @@
+"""Apply fairq's Alembic migrations programmatically (``fairq migrate``, ``App.migrate``)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+from fairq.config import resolve_schema
+
+
+def migrations_dir() -> Path:
+    """The migrations folder: packaged as ``fairq/migrations`` in a wheel, ``alembic/`` in a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "migrations", here.parent / "alembic"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise FileNotFoundError("fairq's migrations are missing from this installation")
+
+
+def _config(dsn: str | None, schema: str | None, buffer: io.StringIO | None = None) -> Config:
+    cfg = Config(output_buffer=buffer) if buffer is not None else Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.attributes["dsn"] = dsn
+    cfg.attributes["schema"] = resolve_schema(schema)
+    return cfg
+
+
+def upgrade(dsn: str, schema: str | None = None, revision: str = "head") -> None:
+    """Bring ``schema`` up to ``revision``: idempotent, and safe from many processes at once."""
+    command.upgrade(_config(dsn, schema), revision)
+
+
+def downgrade(dsn: str, schema: str | None = None, revision: str = "base") -> None:
+    """Step ``schema`` back to ``revision`` (``base`` removes fairq's tables)."""
+    command.downgrade(_config(dsn, schema), revision)
+
+
+def upgrade_sql(schema: str | None = None, revision: str = "head") -> str:
+    """The SQL that ``upgrade`` would run on an empty database, without connecting."""
+    buffer = io.StringIO()
+    command.upgrade(_config(None, schema, buffer), revision, sql=True)
+    return buffer.getvalue()
+
+
+def current(dsn: str, schema: str | None = None) -> str | None:
+    """The revision ``schema`` is at, or None if fairq was never migrated there."""
+    import psycopg
+
+    s = resolve_schema(schema)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT to_regclass(format('%I.alembic_version', %s::text)) IS NOT NULL", (s,)
+        ).fetchone()
+        if not row or not row[0]:
+            return None
+        from psycopg import sql
+
+        got = conn.execute(
+            sql.SQL("SELECT version_num FROM {}.alembic_version").format(sql.Identifier(s))
+        ).fetchone()
+        return str(got[0]) if got else None

@@ -1,0 +1,105 @@
+"""Plain data passed between the layers: what a claim returns, what a user reads back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """One job to insert; validated by the API layer before it reaches the store."""
+
+    task: str
+    tenant: str
+    payload_json: str
+    queue: str = "default"
+    priority: int = 0
+    cost: float = 1.0
+    run_at: datetime | None = None
+    max_attempts: int = 5
+    lease_seconds: int = 300
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job a worker now holds a lease on; ``attempts`` fences every later write (R7)."""
+
+    id: int
+    queue: str
+    tenant: str
+    task: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    lease_seconds: int
+    priority: int
+    cost: float
+    run_at: datetime
+    started_at: datetime
+    locked_until: datetime
+
+    @property
+    def wait_seconds(self) -> float:
+        """Eligible (run_at) to claimed, both on the database clock."""
+        return max(0.0, (self.started_at - self.run_at).total_seconds())
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedJob:
+    """A finish the database accepted (the job was still ours)."""
+
+    id: int
+    queue: str
+    tenant: str
+    task: str
+    status: str
+    run_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job as ``App.job`` shows it."""
+
+    id: int
+    queue: str
+    tenant: str
+    task: str
+    payload: Any
+    status: str
+    priority: int
+    cost: float
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    lease_seconds: int
+    locked_until: datetime | None
+    locked_by: str | None
+    last_error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class TenantConfig:
+    """A tenant's effective weight and cap; ``configured`` is False when it follows the defaults."""
+
+    tenant: str
+    weight: float
+    max_running: int
+    configured: bool = True
+    running: int = 0
+
+
+@dataclass(slots=True)
+class ReapResult:
+    """What one reaper pass did, per queue."""
+
+    requeued: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.requeued.values()) + sum(self.failed.values())

@@ -1,0 +1,35 @@
+"""What a scheduling policy is: a name, the named claim statement it runs, its parameters, and
+a pure-Python reference model that property tests compare the database against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A claim policy. Adding one means adding an instance to the registry, not touching workers.
+
+    ``statement`` names a complete statement in ``fairq/sql/*.sql``; ``params`` are the bound
+    parameters that select this policy's variant of it (booleans, never SQL fragments).
+    """
+
+    name: str
+    statement: str
+    params: tuple[tuple[str, Any], ...] = ()
+    description: str = ""
+
+    def claim_params(self, *, queue: str, batch: int, worker: str, tenant_scan: int) -> dict[str, Any]:
+        """The full parameter dict for one claim."""
+        values: dict[str, Any] = dict(self.params)
+        values.update(queue=queue, batch=batch, worker=worker, tenant_scan=tenant_scan)
+        return values
+
+    def increment(self, *, cost: float, weight: float) -> float:
+        """Virtual time one job advances its tenant by (0 for policies without virtual time)."""
+        p = dict(self.params)
+        if "by_cost" not in p:
+            return 0.0
+        unit = cost if p["by_cost"] else 1.0
+        return unit / weight if p["by_weight"] else unit

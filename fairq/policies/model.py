@@ -1,0 +1,166 @@
+"""A pure-Python reference model of the claim statements, for one queue and one claimer at a time.
+
+It mirrors ``fairq/sql/claim.sql`` step by step, so property tests can drive the database and
+the model with the same operations and demand the same claims. It is also the clearest statement
+of the algorithm:
+
+* fair policies keep a virtual time per tenant; a claim scans runnable tenants (active, under
+  their cap) in (vtime, tenant) order, takes from each at most its weighted share of the batch
+  (and never more than its free slots), stops when the batch is full, then advances each served
+  tenant's vtime by ``unit / weight`` per job (unit = 1, or the job's cost for drr);
+* a tenant found with no due job leaves the runnable set (``active`` = False) and wakes at its
+  earliest queued ``run_at``; on waking, or on an enqueue, its vtime is raised to the queue's
+  current virtual time (the minimum over runnable tenants), so idle time banks no credit;
+* fifo takes jobs in (priority desc, run_at, id) order, skipping tenants at their cap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from fairq.policies.base import Policy
+
+
+@dataclass
+class ModelJob:
+    id: int
+    tenant: str
+    priority: int = 0
+    run_at: float = 0.0
+    cost: float = 1.0
+
+    def order_key(self) -> tuple[int, float, int]:
+        return (-self.priority, self.run_at, self.id)
+
+
+@dataclass
+class ModelTenant:
+    name: str
+    weight: float = 1.0
+    max_running: int = 10
+    running: int = 0
+    vtime: float = 0.0
+    active: bool = True
+    wake_at: float | None = None
+
+
+@dataclass
+class QueueModel:
+    """One queue's scheduler state; time is a plain float the caller advances."""
+
+    tenant_scan: int = 64
+    tenants: dict[str, ModelTenant] = field(default_factory=dict)
+    queued: dict[int, ModelJob] = field(default_factory=dict)
+    running: dict[int, ModelJob] = field(default_factory=dict)
+
+    # -- helpers -------------------------------------------------------------------------
+    def _runnable(self) -> list[ModelTenant]:
+        return [t for t in self.tenants.values() if t.active and t.running < t.max_running]
+
+    def virtual_now(self) -> float | None:
+        runnable = self._runnable()
+        return min(t.vtime for t in runnable) if runnable else None
+
+    def _due(self, tenant: str, now: float) -> list[ModelJob]:
+        jobs = [j for j in self.queued.values() if j.tenant == tenant and j.run_at <= now]
+        return sorted(jobs, key=ModelJob.order_key)
+
+    # -- operations ----------------------------------------------------------------------
+    def enqueue(self, job: ModelJob, now: float, weight: float = 1.0, max_running: int = 10) -> None:
+        """Mirror of the ``enqueue`` statement for one job."""
+        vnow = self.virtual_now()
+        t = self.tenants.get(job.tenant)
+        due = job.run_at <= now
+        if t is None:
+            t = ModelTenant(job.tenant, weight, max_running, vtime=vnow or 0.0, active=due,
+                            wake_at=None if due else job.run_at)
+            self.tenants[job.tenant] = t
+        elif not t.active:
+            if due:
+                t.active, t.wake_at = True, None
+                t.vtime = max(t.vtime, vnow if vnow is not None else t.vtime)
+            elif t.wake_at is None or job.run_at < t.wake_at:
+                t.wake_at = job.run_at
+        self.queued[job.id] = job
+
+    def wake_due(self, now: float) -> None:
+        """Mirror of ``wake_due_tenants`` (maintenance)."""
+        vnow = self.virtual_now()
+        for t in sorted(self.tenants.values(), key=lambda t: t.name):
+            if not t.active and t.wake_at is not None and t.wake_at <= now:
+                t.active, t.wake_at = True, None
+                t.vtime = max(t.vtime, vnow if vnow is not None else t.vtime)
+
+    def claim(self, policy: Policy, batch: int, now: float) -> list[int]:
+        """Mirror of the policy's claim statement; returns claimed job ids in claim order."""
+        if policy.statement == "claim_fifo":
+            return self._claim_fifo(batch, now)
+        return self._claim_fair(policy, batch, now)
+
+    def _claim_fifo(self, batch: int, now: float) -> list[int]:
+        open_tenants = {t.name for t in self.tenants.values() if t.running < t.max_running}
+        picked = sorted(
+            (j for j in self.queued.values() if j.run_at <= now and j.tenant in open_tenants),
+            key=ModelJob.order_key,
+        )[:batch]
+        claimed: list[int] = []
+        for j in picked:
+            t = self.tenants[j.tenant]
+            if t.running < t.max_running:
+                t.running += 1
+                claimed.append(j.id)
+                self.running[j.id] = self.queued.pop(j.id)
+        return claimed
+
+    def _claim_fair(self, policy: Policy, batch: int, now: float) -> list[int]:
+        by_weight = dict(policy.params)["by_weight"]
+        cand = sorted(self._runnable(), key=lambda t: (t.vtime, t.name))[: self.tenant_scan]
+        total = sum((t.weight if by_weight else 1.0) for t in cand[:batch])
+        picked: list[tuple[int, ModelTenant, ModelJob]] = []
+        for ord_, t in enumerate(cand, start=1):
+            if len(picked) >= batch:
+                break
+            share = math.ceil(batch * (t.weight if by_weight else 1.0) / total)
+            limit = min(t.max_running - t.running, batch, share)
+            for j in self._due(t.name, now)[:limit]:
+                if len(picked) >= batch:
+                    break
+                picked.append((ord_, t, j))
+        last = max((o for o, _, _ in picked), default=self.tenant_scan + 1)
+        served = {t.name for _, t, _ in picked}
+        empties = [
+            t for o, t in enumerate(cand, start=1)
+            if o < last and t.name not in served and not self._due(t.name, now)
+        ]
+        claimed: list[int] = []
+        for _, t, j in picked:
+            t.running += 1
+            t.vtime += policy.increment(cost=j.cost, weight=t.weight)
+            claimed.append(j.id)
+            self.running[j.id] = self.queued.pop(j.id)
+        for t in empties:
+            t.active = False
+            pending = [j.run_at for j in self.queued.values() if j.tenant == t.name]
+            t.wake_at = min(pending) if pending else None
+        return claimed
+
+    def finish(self, job_id: int) -> None:
+        """A running job ends (done, failed for good, or cancelled while running)."""
+        job = self.running.pop(job_id)
+        self.tenants[job.tenant].running -= 1
+
+    def retry(self, job_id: int, run_at: float) -> None:
+        """A running job failed and waits until ``run_at``; mirror of ``finish_failed``."""
+        job = self.running.pop(job_id)
+        t = self.tenants[job.tenant]
+        t.running -= 1
+        job.run_at = run_at
+        self.queued[job_id] = job
+        if not t.active and (t.wake_at is None or run_at < t.wake_at):
+            t.wake_at = run_at
+
+    def set_tenant(self, tenant: str, weight: float, max_running: int) -> None:
+        if tenant in self.tenants:
+            self.tenants[tenant].weight = weight
+            self.tenants[tenant].max_running = max_running

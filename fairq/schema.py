@@ -1,0 +1,190 @@
+"""fairq's tables as SQLAlchemy Core metadata: the source of truth that ``alembic/`` migrates to.
+
+Everything lives in one PostgreSQL schema (default ``fairq``) so that one database can host several
+independent queues and fairq's Alembic history sits beside the application's own.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import (
+    DDL,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Float,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    Table,
+    Text,
+    event,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+DEFAULT_SCHEMA = "fairq"
+STATUSES = ("queued", "running", "done", "failed", "cancelled")
+FINISHED_STATUSES = ("done", "failed", "cancelled")
+
+# A schema name is an identifier we quote, but we still refuse anything exotic: it appears in
+# NOTIFY channel names, advisory-lock keys and operators' dashboards.
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+# Per-table autovacuum settings for the jobs table (R21): a queue table churns, so vacuum it
+# after 1% of its rows died instead of PostgreSQL's default 20%.
+JOBS_STORAGE = {
+    "autovacuum_vacuum_scale_factor": "0.01",
+    "autovacuum_vacuum_threshold": "1000",
+    "autovacuum_analyze_scale_factor": "0.02",
+    "autovacuum_vacuum_cost_delay": "0",
+    "fillfactor": "90",
+}
+
+
+def validate_schema_name(name: str) -> str:
+    """Return ``name`` if it is a safe lower-case identifier, else raise ``InvalidInput``."""
+    from fairq.errors import InvalidInput
+
+    if not isinstance(name, str) or not _SCHEMA_RE.match(name):
+        raise InvalidInput(
+            f"invalid schema name {name!r}: use 1-63 characters of a-z, 0-9 and _, "
+            "not starting with a digit"
+        )
+    return name
+
+
+def jobs_storage_ddl(schema: str) -> str:
+    """``ALTER TABLE`` setting the jobs table's autovacuum and fill-factor parameters."""
+    params = ", ".join(f"{k} = {v}" for k, v in JOBS_STORAGE.items())
+    return f'ALTER TABLE "{validate_schema_name(schema)}".jobs SET ({params})'
+
+
+def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
+    """Build the metadata for ``schema``; a fresh object each call so schemas never mix."""
+    schema = validate_schema_name(schema)
+    md = MetaData(schema=schema)
+
+    jobs = Table(
+        "jobs",
+        md,
+        Column("id", BigInteger, Identity(always=False), nullable=False),
+        Column("queue", Text, nullable=False, server_default=text("'default'")),
+        Column("tenant", Text, nullable=False),
+        Column("task", Text, nullable=False),
+        Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+        Column("status", Text, nullable=False, server_default=text("'queued'")),
+        Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+        Column("cost", Float, nullable=False, server_default=text("1")),
+        Column("run_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        Column("attempts", Integer, nullable=False, server_default=text("0")),
+        Column("max_attempts", Integer, nullable=False, server_default=text("5")),
+        Column("lease_seconds", Integer, nullable=False, server_default=text("300")),
+        Column("locked_until", DateTime(timezone=True)),
+        Column("locked_by", Text),
+        Column("last_error", Text),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        # When the job was last claimed; wait time = started_at - run_at on the database clock.
+        Column("started_at", DateTime(timezone=True)),
+        Column("finished_at", DateTime(timezone=True)),
+        PrimaryKeyConstraint("id", name="jobs_pkey"),
+        CheckConstraint(
+            "status IN ('queued', 'running', 'done', 'failed', 'cancelled')",
+            name="jobs_status_check",
+        ),
+        CheckConstraint("cost > 0 AND cost < 'Infinity'::float8", name="jobs_cost_check"),
+        CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_check"),
+        CheckConstraint("lease_seconds >= 1", name="jobs_lease_seconds_check"),
+        CheckConstraint("length(tenant) BETWEEN 1 AND 200", name="jobs_tenant_check"),
+        CheckConstraint("length(queue) BETWEEN 1 AND 200", name="jobs_queue_check"),
+        # The fair policies' claim: one tenant's ready jobs, in its own order (R2, R25).
+        Index(
+            "jobs_tenant_ready_idx",
+            "queue",
+            "tenant",
+            text("priority DESC"),
+            "run_at",
+            "id",
+            postgresql_where=text("status = 'queued'"),
+        ),
+        # The fifo policy's claim: the global order of ready jobs (R2, R18).
+        Index(
+            "jobs_fifo_ready_idx",
+            "queue",
+            text("priority DESC"),
+            "run_at",
+            "id",
+            postgresql_where=text("status = 'queued'"),
+        ),
+        # The reaper: running jobs by lease expiry (R9).
+        Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
+        # The pruner: finished jobs by age (R13).
+        Index(
+            "jobs_finished_idx",
+            "finished_at",
+            postgresql_where=text("status IN ('done', 'failed', 'cancelled')"),
+        ),
+    )
+    # Storage parameters are not part of SQLAlchemy's Table options; the migration sets them and
+    # metadata.create_all (tests, tools) gets the same through this DDL hook.
+    event.listen(jobs, "after_create", DDL(jobs_storage_ddl(schema)))
+
+    # Operators' explicit per-tenant configuration (fairq tenants set/apply).
+    Table(
+        "tenants",
+        md,
+        Column("tenant", Text, nullable=False),
+        Column("weight", Float, nullable=False),
+        Column("max_running", Integer, nullable=False),
+        Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("tenant", name="tenants_pkey"),
+        CheckConstraint("weight > 0 AND weight < 'Infinity'::float8", name="tenants_weight_check"),
+        CheckConstraint("max_running >= 0", name="tenants_max_running_check"),
+    )
+
+    # Key/value settings: the tenant defaults and the maintenance schedule.
+    Table(
+        "settings",
+        md,
+        Column("key", Text, nullable=False),
+        Column("value", JSONB, nullable=False),
+        PrimaryKeyConstraint("key", name="settings_pkey"),
+    )
+
+    # The scheduler's per (queue, tenant) state. weight and max_running are copies of the
+    # tenant's configuration so the claim reads one row; `running` is the exact count of this
+    # tenant's running jobs in this queue; `vtime` is its virtual time (service received / weight).
+    Table(
+        "tenant_schedule",
+        md,
+        Column("queue", Text, nullable=False),
+        Column("tenant", Text, nullable=False),
+        Column("weight", Float, nullable=False, server_default=text("1")),
+        Column("max_running", Integer, nullable=False, server_default=text("10")),
+        Column("running", Integer, nullable=False, server_default=text("0")),
+        Column("vtime", Float, nullable=False, server_default=text("0")),
+        # True while the tenant may have ready jobs; the claim clears it when it finds none.
+        Column("active", Boolean, nullable=False, server_default=text("true")),
+        # Earliest run_at of a delayed job while inactive: the maintenance wakes it then.
+        Column("wake_at", DateTime(timezone=True)),
+        Column("claimed_total", BigInteger, nullable=False, server_default=text("0")),
+        Column("last_served_at", DateTime(timezone=True)),
+        PrimaryKeyConstraint("queue", "tenant", name="tenant_schedule_pkey"),
+        CheckConstraint("running >= 0", name="tenant_schedule_running_check"),
+        # The claim's tenant pick: runnable tenants in virtual-time order.
+        Index(
+            "tenant_schedule_runnable_idx",
+            "queue",
+            "vtime",
+            "tenant",
+            postgresql_where=text("active AND running < max_running"),
+        ),
+        Index("tenant_schedule_wake_idx", "wake_at", postgresql_where=text("NOT active")),
+    )
+    return md

@@ -1,0 +1,151 @@
+-- Claim statements, one complete statement per policy family, chosen by name (never concatenated).
+-- {schema} is replaced once at load time by the quoted schema identifier; everything else is a
+-- bound parameter. Each statement claims up to %(batch)s jobs of one queue, marks them running
+-- with a lease, and moves the tenants' exact running counts, all in one round trip (R5, R18).
+--
+-- Shared parameters: queue, batch, worker.
+-- Cap enforcement: the tenants' schedule rows are locked in tenant order (no deadlocks between
+-- claimers), and the grant per tenant is recomputed from the locked, current row, so
+-- running <= max_running holds under any number of concurrent claimers.
+
+-- name: claim_fair
+-- Weighted fair queueing over tenants by virtual time. Parameters: by_weight, by_cost
+-- (round_robin: false/false; weighted: true/false; drr: true/true), tenant_scan.
+WITH cand AS MATERIALIZED (
+    SELECT ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running AS room,
+           row_number() OVER (ORDER BY ts.vtime, ts.tenant) AS ord
+    FROM {schema}.tenant_schedule ts
+    WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
+    ORDER BY ts.vtime, ts.tenant
+    LIMIT %(tenant_scan)s
+),
+share AS (
+    SELECT sum(CASE WHEN %(by_weight)s THEN c.weight ELSE 1.0 END) AS total
+    FROM cand c WHERE c.ord <= %(batch)s
+),
+-- Tenants in virtual-time order, each giving at most its weighted share of the batch; the
+-- executor stops as soon as the batch is full, so only the rows it returns are locked.
+picked AS MATERIALIZED (
+    SELECT j.id, c.tenant, c.ord, c.weight, j.cost, j.priority, j.run_at
+    FROM cand c CROSS JOIN share s
+    CROSS JOIN LATERAL (
+        SELECT q.id, q.cost, q.priority, q.run_at
+        FROM {schema}.jobs q
+        WHERE q.queue = %(queue)s AND q.tenant = c.tenant
+          AND q.status = 'queued' AND q.run_at <= now()
+        ORDER BY q.priority DESC, q.run_at, q.id
+        LIMIT least(c.room, %(batch)s,
+                    ceil(%(batch)s * (CASE WHEN %(by_weight)s THEN c.weight ELSE 1.0 END)
+                         / s.total)::int)
+        FOR UPDATE OF q SKIP LOCKED
+    ) j
+    LIMIT %(batch)s
+),
+ranked AS (
+    SELECT p.id, p.tenant,
+           row_number() OVER (PARTITION BY p.tenant ORDER BY p.priority DESC, p.run_at, p.id) AS rk,
+           (CASE WHEN %(by_cost)s THEN p.cost ELSE 1.0 END)
+             / (CASE WHEN %(by_weight)s THEN p.weight ELSE 1.0 END) AS inc
+    FROM picked p
+),
+need AS (SELECT r.tenant, count(*) AS n FROM ranked r GROUP BY r.tenant),
+-- Tenants scanned before the last one served that gave nothing and have no due job at all
+-- (ignoring locks): they leave the runnable index until an enqueue or their wake_at.
+empties AS (
+    SELECT c.tenant FROM cand c
+    WHERE c.ord < coalesce((SELECT max(p.ord) FROM picked p), %(tenant_scan)s + 1)
+      AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.tenant = c.tenant)
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.jobs q
+          WHERE q.queue = %(queue)s AND q.tenant = c.tenant
+            AND q.status = 'queued' AND q.run_at <= now())
+),
+locked AS MATERIALIZED (
+    SELECT ts.tenant, nd.n IS NULL AS is_empty,
+           least(coalesce(nd.n, 0), ts.max_running - ts.running) AS granted_n
+    FROM {schema}.tenant_schedule ts
+    LEFT JOIN need nd ON nd.tenant = ts.tenant
+    WHERE ts.queue = %(queue)s
+      AND ts.tenant IN (SELECT tenant FROM need UNION ALL SELECT tenant FROM empties)
+    ORDER BY ts.tenant
+    FOR UPDATE OF ts
+),
+granted AS (
+    SELECT r.id, r.tenant, r.inc FROM ranked r
+    JOIN locked l ON l.tenant = r.tenant
+    WHERE r.rk <= l.granted_n
+),
+per_tenant AS (
+    SELECT g.tenant, count(*) AS n, sum(g.inc) AS inc FROM granted g GROUP BY g.tenant
+),
+upd_tenants AS (
+    UPDATE {schema}.tenant_schedule ts
+    SET running = ts.running + coalesce(pt.n, 0),
+        claimed_total = ts.claimed_total + coalesce(pt.n, 0),
+        vtime = ts.vtime + coalesce(pt.inc, 0),
+        last_served_at = CASE WHEN pt.n > 0 THEN now() ELSE ts.last_served_at END,
+        active = ts.active AND NOT l.is_empty,
+        wake_at = CASE WHEN l.is_empty THEN (
+            SELECT min(q.run_at) FROM {schema}.jobs q
+            WHERE q.queue = ts.queue AND q.tenant = ts.tenant AND q.status = 'queued')
+          ELSE ts.wake_at END
+    FROM locked l LEFT JOIN per_tenant pt ON pt.tenant = l.tenant
+    WHERE ts.queue = %(queue)s AND ts.tenant = l.tenant AND (l.is_empty OR pt.n > 0)
+    RETURNING ts.tenant
+)
+UPDATE {schema}.jobs j
+SET status = 'running', attempts = j.attempts + 1, started_at = now(),
+    locked_until = now() + make_interval(secs => j.lease_seconds), locked_by = %(worker)s
+FROM granted g
+WHERE j.id = g.id
+RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
+          j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until;
+
+-- name: claim_fifo
+-- The global order (priority, run_at, id), skipping tenants at their cap: the baseline.
+WITH picked AS MATERIALIZED (
+    SELECT q.id, q.tenant, q.priority, q.run_at
+    FROM {schema}.jobs q
+    WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.run_at <= now()
+      AND EXISTS (
+          SELECT 1 FROM {schema}.tenant_schedule ts
+          WHERE ts.queue = q.queue AND ts.tenant = q.tenant AND ts.running < ts.max_running)
+    ORDER BY q.priority DESC, q.run_at, q.id
+    LIMIT %(batch)s
+    FOR UPDATE OF q SKIP LOCKED
+),
+ranked AS (
+    SELECT p.id, p.tenant,
+           row_number() OVER (PARTITION BY p.tenant ORDER BY p.priority DESC, p.run_at, p.id) AS rk
+    FROM picked p
+),
+need AS (SELECT r.tenant, count(*) AS n FROM ranked r GROUP BY r.tenant),
+locked AS MATERIALIZED (
+    SELECT ts.tenant, least(nd.n, ts.max_running - ts.running) AS granted_n
+    FROM {schema}.tenant_schedule ts
+    JOIN need nd ON nd.tenant = ts.tenant
+    WHERE ts.queue = %(queue)s
+    ORDER BY ts.tenant
+    FOR UPDATE OF ts
+),
+granted AS (
+    SELECT r.id, r.tenant FROM ranked r
+    JOIN locked l ON l.tenant = r.tenant
+    WHERE r.rk <= l.granted_n
+),
+per_tenant AS (SELECT g.tenant, count(*) AS n FROM granted g GROUP BY g.tenant),
+upd_tenants AS (
+    UPDATE {schema}.tenant_schedule ts
+    SET running = ts.running + pt.n, claimed_total = ts.claimed_total + pt.n,
+        last_served_at = now()
+    FROM per_tenant pt
+    WHERE ts.queue = %(queue)s AND ts.tenant = pt.tenant
+    RETURNING ts.tenant
+)
+UPDATE {schema}.jobs j
+SET status = 'running', attempts = j.attempts + 1, started_at = now(),
+    locked_until = now() + make_interval(secs => j.lease_seconds), locked_by = %(worker)s
+FROM granted g
+WHERE j.id = g.id
+RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
+          j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until;

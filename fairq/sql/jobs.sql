@@ -1,0 +1,247 @@
+-- Job lifecycle statements. {schema} is the quoted schema identifier; the rest are bound
+-- parameters. Every finish, failure and extend is fenced on (id, status = 'running', attempts):
+-- a worker that lost its lease changes nothing (R7).
+
+-- name: enqueue
+-- Insert a chunk of jobs in one round trip (arrays, one element per job), create the tenants'
+-- schedule rows on first sight (with the configured or default weight and cap), wake idle
+-- tenants at the current virtual time (no banked credit), and notify listeners at commit.
+WITH input AS (
+    SELECT * FROM unnest(
+        %(queues)s::text[], %(tenants)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[],
+        %(priorities)s::smallint[], %(costs)s::float8[], %(run_ats)s::timestamptz[],
+        %(max_attempts)s::int[], %(leases)s::int[]
+    ) WITH ORDINALITY AS i(queue, tenant, task, payload, priority, cost, run_at,
+                           max_attempts, lease_seconds, ord)
+),
+ins AS (
+    INSERT INTO {schema}.jobs (queue, tenant, task, payload, priority, cost, run_at,
+                               max_attempts, lease_seconds)
+    SELECT i.queue, i.tenant, i.task, i.payload, i.priority, i.cost, coalesce(i.run_at, now()),
+           i.max_attempts, i.lease_seconds
+    FROM input i ORDER BY i.ord
+    RETURNING id, queue, tenant, run_at
+),
+per_tenant AS (
+    SELECT ins.queue, ins.tenant, min(ins.run_at) AS first_run FROM ins GROUP BY 1, 2
+),
+defaults AS (
+    SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running
+    FROM {schema}.settings WHERE key = 'tenant_defaults'
+),
+new_tenants AS (
+    INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active, wake_at)
+    SELECT p.queue, p.tenant, coalesce(t.weight, d.weight, 1.0), coalesce(t.max_running, d.max_running, 10),
+           coalesce((SELECT min(v.vtime) FROM {schema}.tenant_schedule v
+                     WHERE v.queue = p.queue AND v.active AND v.running < v.max_running), 0),
+           p.first_run <= now(),
+           CASE WHEN p.first_run > now() THEN p.first_run END
+    FROM per_tenant p
+    LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
+    LEFT JOIN defaults d ON true
+    ORDER BY p.queue, p.tenant
+    ON CONFLICT (queue, tenant) DO NOTHING
+    RETURNING ts.queue
+),
+-- Only idle tenants are touched (and locked): a busy tenant's row is left to the claimers.
+woken AS (
+    UPDATE {schema}.tenant_schedule ts
+    SET active = p.first_run <= now(),
+        vtime = CASE WHEN p.first_run <= now() THEN greatest(ts.vtime, coalesce(
+            (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
+             WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running), ts.vtime))
+            ELSE ts.vtime END,
+        wake_at = CASE WHEN p.first_run <= now() THEN NULL ELSE least(ts.wake_at, p.first_run) END
+    FROM per_tenant p
+    WHERE ts.queue = p.queue AND ts.tenant = p.tenant AND NOT ts.active
+      AND (p.first_run <= now() OR ts.wake_at IS NULL OR p.first_run < ts.wake_at)
+    RETURNING ts.queue
+)
+SELECT (SELECT array_agg(ins.id ORDER BY ins.id) FROM ins) AS ids,
+       (SELECT count(pg_notify(%(channel)s, q.queue))
+        FROM (SELECT DISTINCT p.queue FROM per_tenant p WHERE p.first_run <= now()) q) AS notified,
+       (SELECT count(*) FROM new_tenants) + (SELECT count(*) FROM woken) AS tenants_touched;
+
+-- name: finish_done
+-- Mark a batch of running jobs done; give their tenants' slots back. Returns the ids that
+-- were still ours (the others lost their lease and are left alone).
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS i(id, attempts)
+),
+done AS (
+    UPDATE {schema}.jobs j
+    SET status = 'done', finished_at = now(), locked_until = NULL
+    FROM input i
+    WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
+    RETURNING j.id, j.queue, j.tenant, j.task, j.started_at, j.finished_at
+),
+per_tenant AS (SELECT d.queue, d.tenant, count(*) AS n FROM done d GROUP BY 1, 2),
+locked AS MATERIALIZED (
+    SELECT ts.queue, ts.tenant, p.n
+    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
+    ORDER BY ts.queue, ts.tenant
+    FOR UPDATE OF ts
+),
+upd AS (
+    UPDATE {schema}.tenant_schedule ts SET running = ts.running - l.n
+    FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
+    RETURNING ts.tenant
+)
+SELECT d.id, d.queue, d.tenant, d.task,
+       extract(epoch FROM d.finished_at - d.started_at)::float8 AS run_seconds
+FROM done d;
+
+-- name: finish_failed
+-- Record failures: back to queued with exponential backoff (20 s, 40 s, 80 s ... capped at
+-- 1 hour) or failed for good after max_attempts (R8). The retry waits in run_at, so it neither
+-- blocks its tenant's other jobs nor pre-empts anyone (R27).
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
+                         %(retry_delays)s::float8[])
+        AS i(id, attempts, error, retry_delay)
+),
+failed AS (
+    UPDATE {schema}.jobs j
+    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+        run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+                      ELSE now() + make_interval(secs => coalesce(
+                          i.retry_delay, least(3600.0, 20.0 * power(2, j.attempts - 1)))) END,
+        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+        last_error = i.error, locked_until = NULL, locked_by = NULL
+    FROM input i
+    WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
+    RETURNING j.id, j.queue, j.tenant, j.task, j.status, j.run_at, j.started_at
+),
+per_tenant AS (
+    SELECT f.queue, f.tenant, count(*) AS n,
+           min(f.run_at) FILTER (WHERE f.status = 'queued') AS retry_at
+    FROM failed f GROUP BY 1, 2
+),
+locked AS MATERIALIZED (
+    SELECT ts.queue, ts.tenant, p.n, p.retry_at
+    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
+    ORDER BY ts.queue, ts.tenant
+    FOR UPDATE OF ts
+),
+upd AS (
+    UPDATE {schema}.tenant_schedule ts
+    SET running = ts.running - l.n,
+        wake_at = CASE WHEN NOT ts.active AND l.retry_at IS NOT NULL
+                       THEN least(ts.wake_at, l.retry_at) ELSE ts.wake_at END
+    FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
+    RETURNING ts.tenant
+)
+SELECT f.id, f.queue, f.tenant, f.task, f.status,
+       extract(epoch FROM now() - f.started_at)::float8 AS run_seconds
+FROM failed f;
+
+-- name: extend_leases
+-- Push the leases of our running jobs forward; returns the ids that are still ours (R10).
+UPDATE {schema}.jobs j
+SET locked_until = now() + make_interval(secs => coalesce(%(seconds)s, j.lease_seconds))
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS i(id, attempts)
+WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
+RETURNING j.id, j.locked_until;
+
+-- name: reap_expired
+-- Return running jobs whose lease expired to the queue, or fail them at max_attempts (R9), and
+-- give their tenants' slots back. SKIP LOCKED: a worker finishing one of them right now wins.
+WITH expired AS MATERIALIZED (
+    SELECT q.id FROM {schema}.jobs q
+    WHERE q.status = 'running' AND q.locked_until < now()
+    ORDER BY q.locked_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+reaped AS (
+    UPDATE {schema}.jobs j
+    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+        run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at ELSE now() END,
+        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+        last_error = format('lease expired during attempt %%s of %%s (worker %%s)',
+                            j.attempts, j.max_attempts, coalesce(j.locked_by, '?')),
+        locked_until = NULL, locked_by = NULL
+    FROM expired e WHERE j.id = e.id
+    RETURNING j.id, j.queue, j.tenant, j.status
+),
+per_tenant AS (
+    SELECT r.queue, r.tenant, count(*) AS n, bool_or(r.status = 'queued') AS requeued
+    FROM reaped r GROUP BY 1, 2
+),
+locked AS MATERIALIZED (
+    SELECT ts.queue, ts.tenant, p.n, p.requeued
+    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
+    ORDER BY ts.queue, ts.tenant
+    FOR UPDATE OF ts
+),
+upd AS (
+    UPDATE {schema}.tenant_schedule ts
+    SET running = ts.running - l.n,
+        active = ts.active OR l.requeued,
+        wake_at = CASE WHEN l.requeued THEN NULL ELSE ts.wake_at END
+    FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
+    RETURNING ts.tenant
+)
+SELECT r.id, r.queue, r.tenant, r.status FROM reaped r;
+
+-- name: cancel
+-- queued -> cancelled; a running job is left to finish (CONTRACT).
+UPDATE {schema}.jobs SET status = 'cancelled', finished_at = now()
+WHERE id = %(id)s AND status = 'queued'
+RETURNING id;
+
+-- name: get_job
+SELECT id, queue, tenant, task, payload, status, priority, cost, run_at, attempts, max_attempts,
+       lease_seconds, locked_until, locked_by, last_error, created_at, started_at, finished_at
+FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: prune_finished
+-- Delete one batch of finished jobs older than max_age seconds (R13); call until it returns 0.
+WITH old AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status IN ('done', 'failed', 'cancelled')
+      AND finished_at < now() - make_interval(secs => %(max_age)s)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.jobs j USING old WHERE j.id = old.id;
+
+-- name: wake_due_tenants
+-- Maintenance: idle tenants whose delayed jobs or retries are now due become runnable again,
+-- at the current virtual time of their queue (no banked credit).
+UPDATE {schema}.tenant_schedule ts
+SET active = true, wake_at = NULL,
+    vtime = greatest(ts.vtime, coalesce(
+        (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
+         WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running), ts.vtime))
+WHERE NOT ts.active AND ts.wake_at <= now()
+RETURNING ts.queue, ts.tenant;
+
+-- name: wake_stranded_tenants
+-- Maintenance safety net, run rarely: an idle tenant whose due job committed while a claimer
+-- was concluding it had none. O(idle tenants); the wake_at path above is the common one.
+UPDATE {schema}.tenant_schedule ts
+SET active = true, wake_at = NULL,
+    vtime = greatest(ts.vtime, coalesce(
+        (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
+         WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running), ts.vtime))
+WHERE NOT ts.active AND EXISTS (
+    SELECT 1 FROM {schema}.jobs q
+    WHERE q.queue = ts.queue AND q.tenant = ts.tenant AND q.status = 'queued' AND q.run_at <= now())
+RETURNING ts.queue, ts.tenant;
+
+-- name: maintenance_due
+-- Returns a row when the caller should run the named maintenance task now: at most one worker
+-- per interval, decided by the database without session state (works through a pooler).
+INSERT INTO {schema}.settings AS s (key, value)
+VALUES (%(key)s, jsonb_build_object('at', now()))
+ON CONFLICT (key) DO UPDATE SET value = excluded.value
+WHERE (s.value->>'at')::timestamptz <= now() - make_interval(secs => %(interval)s)
+RETURNING s.key;
+
+-- name: runnable_count
+-- Is anything runnable now in these queues (for --until-empty)?
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM {schema}.jobs
+    WHERE queue = ANY(%(queues)s) AND status = 'queued' AND run_at <= now() LIMIT 1) s;

@@ -1,0 +1,317 @@
+"""PostgreSQL store: runs fairq's named statements through a psycopg connection pool.
+
+Every method is one short transaction (autocommit, or the caller's own transaction for
+enqueue), so no transaction stays open while a handler runs (R6). Claims and finishes set
+``lock_timeout`` and ``statement_timeout`` so one stuck session cannot stall every worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import fields
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from fairq import sql
+from fairq.config import redact
+from fairq.models import (
+    ClaimedJob,
+    FinishedJob,
+    JobInfo,
+    NewJob,
+    ReapResult,
+    TenantConfig,
+)
+from fairq.policies import Policy
+
+log = logging.getLogger("fairq.store")
+
+CHUNK = 5000  # jobs per enqueue round trip
+
+
+def channel_for(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema: wake-ups carry the queue name only (R11)."""
+    return f"fairq_{schema}"
+
+
+def connection_for(obj: Any) -> psycopg.Connection[Any]:
+    """The psycopg connection behind a psycopg, SQLAlchemy Connection or SQLAlchemy Session.
+
+    Writing through it makes the job commit or roll back with the caller's transaction (R14).
+    """
+    if isinstance(obj, psycopg.Connection):
+        return obj
+    get_conn = getattr(obj, "connection", None)
+    if callable(get_conn):  # SQLAlchemy Session: .connection() -> Connection
+        obj = get_conn()
+    raw = getattr(obj, "connection", None)  # SQLAlchemy Connection -> PoolProxiedConnection
+    dbapi = getattr(raw, "dbapi_connection", None)
+    if isinstance(dbapi, psycopg.Connection):
+        return dbapi
+    from fairq.errors import InvalidInput
+
+    raise InvalidInput(
+        "connection= takes a psycopg Connection, a SQLAlchemy Connection or a SQLAlchemy "
+        f"Session using the psycopg driver, not {type(obj).__name__}"
+    )
+
+
+class Store:
+    """fairq's database operations on one schema."""
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 4,
+        statement_timeout_ms: int = 30_000,
+        lock_timeout_ms: int = 5_000,
+        prepare_threshold: int | None = 5,
+        open_pool: bool = True,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.channel = channel_for(schema)
+        self.statement_timeout_ms = statement_timeout_ms
+        self.lock_timeout_ms = lock_timeout_ms
+        self._prepare_threshold = prepare_threshold
+        self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "prepare_threshold": prepare_threshold},
+            configure=self._configure,
+            open=False,
+            name=f"fairq-{schema}",
+        )
+        if open_pool:
+            self.pool.open(wait=False)
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        # Timeouts go in every transaction (SET LOCAL), not here: session state does not survive
+        # a transaction-mode pooler. Only the application name is set per connection.
+        conn.execute("SELECT set_config('application_name', 'fairq', false)")
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def describe(self) -> str:
+        return f"{redact(self.dsn)} schema={self.schema}"
+
+    def q(self, name: str) -> str:
+        """The named statement for this store's schema."""
+        return sql.statement(name, self.schema)
+
+    @contextmanager
+    def _tx(self) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
+        """A short transaction with the store's timeouts, as a dict-row cursor."""
+        with self.pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(
+                "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)",
+                (str(self.statement_timeout_ms), str(self.lock_timeout_ms)),
+            )
+            yield cur
+
+    # -- producers ----------------------------------------------------------------------
+    def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[int]:
+        """Insert ``jobs`` (one round trip per chunk); in ``connection``'s transaction if given."""
+        ids: list[int] = []
+        if connection is not None:
+            conn = connection_for(connection)
+            with conn.cursor() as cur:
+                for start in range(0, len(jobs), CHUNK):
+                    ids.extend(self._enqueue_chunk(cur, jobs[start:start + CHUNK]))
+            return ids
+        with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            for start in range(0, len(jobs), CHUNK):
+                ids.extend(self._enqueue_chunk(cur, jobs[start:start + CHUNK]))
+        return ids
+
+    def _enqueue_chunk(self, cur: psycopg.Cursor[Any], jobs: Sequence[NewJob]) -> list[int]:
+        params = {
+            "queues": [j.queue for j in jobs],
+            "tenants": [j.tenant for j in jobs],
+            "tasks": [j.task for j in jobs],
+            "payloads": [j.payload_json for j in jobs],
+            "priorities": [j.priority for j in jobs],
+            "costs": [j.cost for j in jobs],
+            "run_ats": [j.run_at for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs],
+            "leases": [j.lease_seconds for j in jobs],
+            "channel": self.channel,
+        }
+        cur.execute(self.q("enqueue"), params)
+        row = cur.fetchone()
+        if row is None:
+            return []
+        first = row[0] if isinstance(row, tuple) else row["ids"]
+        return list(first or [])
+
+    # -- workers ------------------------------------------------------------------------
+    def claim(
+        self, policy: Policy, *, queue: str, batch: int, worker: str, tenant_scan: int = 64
+    ) -> list[ClaimedJob]:
+        """Claim up to ``batch`` jobs of ``queue`` under ``policy``; commits before returning."""
+        if batch <= 0:
+            return []
+        params = policy.claim_params(queue=queue, batch=batch, worker=worker, tenant_scan=tenant_scan)
+        with self._tx() as cur:
+            cur.execute(self.q(policy.statement), params)
+            rows = cur.fetchall()
+        return [_claimed(r) for r in rows]
+
+    def finish_done(self, done: Sequence[tuple[int, int]]) -> list[FinishedJob]:
+        """Mark (id, attempts) pairs done; returns those that were still ours."""
+        if not done:
+            return []
+        with self._tx() as cur:
+            cur.execute(
+                self.q("finish_done"),
+                {"ids": [d[0] for d in done], "attempts": [d[1] for d in done]},
+            )
+            return [FinishedJob(status="done", **r) for r in cur.fetchall()]
+
+    def finish_failed(
+        self, failures: Sequence[tuple[int, int, str, float | None]]
+    ) -> list[FinishedJob]:
+        """Record (id, attempts, error, retry_delay or None for the backoff) failures."""
+        if not failures:
+            return []
+        with self._tx() as cur:
+            cur.execute(
+                self.q("finish_failed"),
+                {
+                    "ids": [f[0] for f in failures],
+                    "attempts": [f[1] for f in failures],
+                    "errors": [f[2] for f in failures],
+                    "retry_delays": [f[3] for f in failures],
+                },
+            )
+            return [FinishedJob(**r) for r in cur.fetchall()]
+
+    def extend_leases(
+        self, jobs: Sequence[tuple[int, int]], seconds: float | None = None
+    ) -> set[int]:
+        """Extend the leases of (id, attempts) pairs; returns the ids still ours."""
+        if not jobs:
+            return set()
+        with self._tx() as cur:
+            cur.execute(
+                self.q("extend_leases"),
+                {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs], "seconds": seconds},
+            )
+            return {int(r["id"]) for r in cur.fetchall()}
+
+    # -- maintenance ----------------------------------------------------------------------
+    def reap_expired(self, limit: int = 1000) -> ReapResult:
+        """Return expired leases to the queue (or fail them at max_attempts)."""
+        result = ReapResult()
+        with self._tx() as cur:
+            cur.execute(self.q("reap_expired"), {"limit": limit})
+            for r in cur.fetchall():
+                target = result.requeued if r["status"] == "queued" else result.failed
+                target[r["queue"]] = target.get(r["queue"], 0) + 1
+        return result
+
+    def wake_due_tenants(self) -> int:
+        with self._tx() as cur:
+            cur.execute(self.q("wake_due_tenants"))
+            return len(cur.fetchall())
+
+    def wake_stranded_tenants(self) -> int:
+        with self._tx() as cur:
+            cur.execute(self.q("wake_stranded_tenants"))
+            return len(cur.fetchall())
+
+    def maintenance_due(self, key: str, interval: float) -> bool:
+        """True for exactly one caller per ``interval`` seconds and ``key``."""
+        with self._tx() as cur:
+            cur.execute(self.q("maintenance_due"), {"key": f"maintenance:{key}", "interval": interval})
+            return cur.fetchone() is not None
+
+    def prune_finished(self, max_age_seconds: float, limit: int = 5000) -> int:
+        """Delete finished jobs older than ``max_age_seconds`` in batches; returns how many."""
+        total = 0
+        while True:
+            with self._tx() as cur:
+                cur.execute(self.q("prune_finished"), {"max_age": max_age_seconds, "limit": limit})
+                n = cur.rowcount
+            total += max(n, 0)
+            if n < limit:
+                return total
+
+    def runnable_exists(self, queues: Sequence[str]) -> bool:
+        with self._tx() as cur:
+            cur.execute(self.q("runnable_count"), {"queues": list(queues)})
+            row = cur.fetchone()
+            return bool(row and row["n"])
+
+    # -- jobs -----------------------------------------------------------------------------
+    def cancel(self, job_id: int) -> bool:
+        with self._tx() as cur:
+            cur.execute(self.q("cancel"), {"id": job_id})
+            return cur.fetchone() is not None
+
+    def get_job(self, job_id: int) -> JobInfo | None:
+        with self._tx() as cur:
+            cur.execute(self.q("get_job"), {"id": job_id})
+            row = cur.fetchone()
+        return JobInfo(**row) if row else None
+
+    # -- tenants --------------------------------------------------------------------------
+    def get_defaults(self) -> tuple[float, int]:
+        with self._tx() as cur:
+            cur.execute(self.q("get_defaults"))
+            row = cur.fetchone()
+        if row is None:
+            return (1.0, 10)
+        return (float(row["weight"]), int(row["max_running"]))
+
+    def set_tenants(
+        self,
+        tenants: Sequence[TenantConfig],
+        defaults: tuple[float, int] | None = None,
+    ) -> None:
+        """Write tenants' configuration (and optionally new defaults) in one transaction."""
+        with self._tx() as cur:
+            if defaults is not None:
+                d = {"weight": defaults[0], "max_running": defaults[1]}
+                cur.execute(self.q("set_defaults"), d)
+            for t in sorted(tenants, key=lambda t: t.tenant):
+                p = {"tenant": t.tenant, "weight": t.weight, "max_running": t.max_running}
+                cur.execute(self.q("upsert_tenant"), p)
+                cur.execute(self.q("sync_tenant_schedule"), p)
+            if defaults is not None:
+                cur.execute(self.q("sync_default_tenants"), d)
+
+    def get_tenant(self, tenant: str) -> TenantConfig:
+        with self._tx() as cur:
+            cur.execute(self.q("get_tenant"), {"tenant": tenant})
+            row = cur.fetchone()
+        if row is not None:
+            return TenantConfig(**row)
+        weight, max_running = self.get_defaults()
+        return TenantConfig(tenant, weight, max_running, configured=False)
+
+    def list_tenants(self) -> list[TenantConfig]:
+        with self._tx() as cur:
+            cur.execute(self.q("list_tenants"))
+            return [TenantConfig(**r) for r in cur.fetchall()]
+
+
+_CLAIMED = {f.name for f in fields(ClaimedJob)}
+
+
+def _claimed(row: dict[str, Any]) -> ClaimedJob:
+    data = {k: row[k] for k in _CLAIMED}
+    if isinstance(data["payload"], str):
+        data["payload"] = json.loads(data["payload"])
+    return ClaimedJob(**data)

@@ -1,0 +1,111 @@
+"""Test fixtures: a migrated template database built once, a fresh database per test.
+
+By default the tests use the system PostgreSQL (``FAIRQ_TEST_DSN``, default
+``postgresql://postgres@127.0.0.1:5432/postgres``). ``FAIRQ_TEST_EMBEDDED=1`` runs the same
+suite against the embedded PostgreSQL 18 instead.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from fairq import migrate
+
+SCHEMA = "fairq"
+
+
+def _admin_dsn(tmp_factory: pytest.TempPathFactory) -> str:
+    if os.environ.get("FAIRQ_TEST_EMBEDDED") == "1":
+        from fairq import embedded
+
+        home = Path(os.environ.get("FAIRQ_TEST_EMBEDDED_HOME") or tmp_factory.mktemp("embedded"))
+        return embedded.ensure_server(home)
+    return os.environ.get("FAIRQ_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def dsn_for_db(admin_dsn: str, dbname: str) -> str:
+    """The admin DSN pointed at another database."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(admin_dsn)
+    params["dbname"] = dbname
+    return make_conninfo(**params)  # type: ignore[arg-type]
+
+
+def create_database(admin_dsn: str, prefix: str, template: str | None = None) -> str:
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        if template:
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)))
+        else:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return name
+
+
+def drop_database(admin_dsn: str, name: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    dsn = _admin_dsn(tmp_path_factory)
+    yield dsn
+    if os.environ.get("FAIRQ_TEST_EMBEDDED") == "1" and not os.environ.get("FAIRQ_TEST_EMBEDDED_HOME"):
+        from fairq import embedded
+
+        embedded.stop_server(Path(str(tmp_path_factory.getbasetemp())) / "embedded0")
+
+
+@pytest.fixture(scope="session")
+def template_db(admin_dsn: str) -> Iterator[str]:
+    """A database migrated once per session; each test copies it (CREATE DATABASE ... TEMPLATE)."""
+    name = create_database(admin_dsn, "fairq_tpl")
+    try:
+        migrate.upgrade(dsn_for_db(admin_dsn, name), SCHEMA)
+        yield name
+    finally:
+        drop_database(admin_dsn, name)
+
+
+@pytest.fixture
+def empty_dsn(admin_dsn: str) -> Iterator[str]:
+    """A fresh database with nothing in it, dropped afterwards."""
+    name = create_database(admin_dsn, "fairq_e")
+    try:
+        yield dsn_for_db(admin_dsn, name)
+    finally:
+        drop_database(admin_dsn, name)
+
+
+@pytest.fixture
+def dsn(admin_dsn: str, template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for one test, dropped afterwards."""
+    name = create_database(admin_dsn, "fairq_t", template=template_db)
+    try:
+        yield dsn_for_db(admin_dsn, name)
+    finally:
+        drop_database(admin_dsn, name)
+
+
+@pytest.fixture
+def store(dsn: str) -> Iterator["Store"]:
+    from fairq.store import Store
+
+    s = Store(dsn, SCHEMA, max_size=8)
+    s.pool.wait()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+from fairq.store import Store  # noqa: E402  (for the annotation above)
