@@ -18,7 +18,7 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 RI = "$__rate_interval"
 Q = 'queue=~"$queue"'
 QT = 'queue=~"$queue", tenant="$tenant"'
-Panel = dict[str, Any]
+Json = dict[str, Any]
 
 
 def vec(metric: str, sel: str) -> str:
@@ -30,7 +30,9 @@ def rate(metric: str, sel: str, by: str) -> str:
     return f"{agg} (rate({vec(metric, sel)}[{RI}]))"
 
 
-def quantiles(metric: str, sel: str, by: str, qs: tuple[float, ...] = (0.5, 0.95, 0.99)) -> list:
+def quantiles(
+    metric: str, sel: str, by: str, qs: tuple[float, ...] = (0.5, 0.95, 0.99)
+) -> list[tuple[str, str]]:
     legend = " ".join(f"{{{{{label.strip()}}}}}" for label in by.split(","))
     return [
         (
@@ -70,7 +72,7 @@ def weight_share(sel: str, tenant: str = "") -> str:
 
 class Layout:
     def __init__(self) -> None:
-        self.panels: list[Panel] = []
+        self.panels: list[Json] = []
         self.x = self.y = self.row_h = 0
         self.next_id = 1
 
@@ -115,12 +117,22 @@ class Layout:
             if thresholds:
                 defaults["custom"]["thresholdsStyle"] = {"mode": "dashed"}
         options: dict[str, Any] = (
-            {"legend": {"displayMode": "table", "placement": "right", "showLegend": True,
-                        "calcs": ["lastNotNull", "max"]},
-             "tooltip": {"mode": "multi", "sort": "desc"}}
+            {
+                "legend": {
+                    "displayMode": "table",
+                    "placement": "right",
+                    "showLegend": True,
+                    "calcs": ["lastNotNull", "max"],
+                },
+                "tooltip": {"mode": "multi", "sort": "desc"},
+            }
             if kind == "timeseries"
-            else {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                  "colorMode": "value", "graphMode": "area", "textMode": "auto"}
+            else {
+                "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                "colorMode": "value",
+                "graphMode": "area",
+                "textMode": "auto",
+            }
         )
         panel = self._base(kind, title, w, h) | {
             "datasource": DS,
@@ -128,8 +140,14 @@ class Layout:
             "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
             "options": options,
             "targets": [
-                {"refId": chr(ord("A") + i), "datasource": DS, "expr": expr,
-                 "legendFormat": legend, "range": True, "instant": False}
+                {
+                    "refId": chr(ord("A") + i),
+                    "datasource": DS,
+                    "expr": expr,
+                    "legendFormat": legend,
+                    "range": True,
+                    "instant": False,
+                }
                 for i, (expr, legend) in enumerate(targets)
             ],
         }
@@ -137,9 +155,13 @@ class Layout:
         self.x += w
         self.row_h = max(self.row_h, h)
 
-    def _base(self, kind: str, title: str, w: int, h: int) -> Panel:
-        panel = {"id": self.next_id, "type": kind, "title": title,
-                 "gridPos": {"x": self.x, "y": self.y, "w": w, "h": h}}
+    def _base(self, kind: str, title: str, w: int, h: int) -> Json:
+        panel = {
+            "id": self.next_id,
+            "type": kind,
+            "title": title,
+            "gridPos": {"x": self.x, "y": self.y, "w": w, "h": h},
+        }
         self.next_id += 1
         return panel
 
@@ -159,140 +181,303 @@ def dashed(regex: str) -> dict[str, Any]:
 
 def variable(name: str, query: str, *, multi: bool) -> dict[str, Any]:
     return {
-        "name": name, "label": name, "type": "query", "datasource": DS,
+        "name": name,
+        "label": name,
+        "type": "query",
+        "datasource": DS,
         "query": {"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
-        "definition": query, "refresh": 2, "sort": 1, "regex": "",
-        "multi": multi, "includeAll": multi, **({"allValue": ".*"} if multi else {}),
-        "current": {}, "options": [], "hide": 0,
+        "definition": query,
+        "refresh": 2,
+        "sort": 1,
+        "regex": "",
+        "multi": multi,
+        "includeAll": multi,
+        **({"allValue": ".*"} if multi else {}),
+        "current": {},
+        "options": [],
+        "hide": 0,
     }
 
 
-def dashboard(uid: str, title: str, panels: list[Panel], variables: list[dict[str, Any]]) -> dict:
-    ds_var = {"name": "datasource", "label": "Data source", "type": "datasource",
-              "query": "prometheus", "regex": "", "current": {}, "options": [], "hide": 0,
-              "refresh": 1}
+def dashboard(uid: str, title: str, panels: list[Json], variables: list[dict[str, Any]]) -> Json:
+    ds_var = {
+        "name": "datasource",
+        "label": "Data source",
+        "type": "datasource",
+        "query": "prometheus",
+        "regex": "",
+        "current": {},
+        "options": [],
+        "hide": 0,
+        "refresh": 1,
+    }
     return {
-        "uid": uid, "title": title, "tags": ["fairq"], "schemaVersion": 39, "version": 1,
-        "editable": True, "graphTooltip": 1, "timezone": "", "refresh": "30s",
-        "time": {"from": "now-1h", "to": "now"}, "timepicker": {},
-        "annotations": {"list": []}, "fiscalYearStartMonth": 0, "liveNow": False,
-        "links": [{"type": "dashboards", "tags": ["fairq"], "asDropdown": False,
-                   "title": "fairq", "includeVars": True, "keepTime": True}],
+        "uid": uid,
+        "title": title,
+        "tags": ["fairq"],
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "graphTooltip": 1,
+        "timezone": "",
+        "refresh": "30s",
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
+        "annotations": {"list": []},
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "links": [
+            {
+                "type": "dashboards",
+                "tags": ["fairq"],
+                "asDropdown": False,
+                "title": "fairq",
+                "includeVars": True,
+                "keepTime": True,
+            }
+        ],
         "templating": {"list": [ds_var, *variables]},
         "panels": panels,
     }
 
 
-def overview() -> dict:
+def overview() -> Json:
     L = Layout()
     L.row("Throughput")
-    L.add("Jobs per second", [
-        (rate("fairq_jobs_enqueued_total", Q, "queue"), "enqueued {{queue}}"),
-        (rate("fairq_jobs_claimed_total", Q, "queue"), "claimed {{queue}}"),
-        (rate("fairq_jobs_finished_total", Q, "queue, outcome"), "{{outcome}} {{queue}}"),
-    ], unit="ops")
-    L.add("Claims per tenant", [(rate("fairq_jobs_claimed_total", Q, "tenant"), "{{tenant}}")],
-          unit="ops", stack=True)
+    L.add(
+        "Jobs per second",
+        [
+            (rate("fairq_jobs_enqueued_total", Q, "queue"), "enqueued {{queue}}"),
+            (rate("fairq_jobs_claimed_total", Q, "queue"), "claimed {{queue}}"),
+            (rate("fairq_jobs_finished_total", Q, "queue, outcome"), "{{outcome}} {{queue}}"),
+        ],
+        unit="ops",
+    )
+    L.add(
+        "Claims per tenant",
+        [(rate("fairq_jobs_claimed_total", Q, "tenant"), "{{tenant}}")],
+        unit="ops",
+        stack=True,
+    )
     L.row("Waiting")
-    L.add("Wait p50 / p95 / p99 per tenant (eligible to claimed)",
-          quantiles("fairq_job_wait_seconds", Q, "tenant"), unit="s", w=24, h=10,
-          description="From the job's run_at to its claim, on the database clock.")
-    L.add("Backlog (queued jobs)", [
-        (f"sum by (tenant) (fairq_tenant_queued_jobs{{{Q}}})", "{{tenant}}")], stack=True)
-    L.add("Oldest runnable job age", [
-        (f"max by (tenant) (fairq_oldest_runnable_job_age_seconds{{{Q}}})", "{{tenant}}")],
-        unit="s")
-    L.add("Running vs caps", [
-        (f"sum by (tenant) (fairq_tenant_running_jobs{{{Q}}})", "running {{tenant}}"),
-        ("max by (tenant) (fairq_tenant_max_running)", "cap {{tenant}}"),
-    ], overrides=[dashed("cap .*")], description="Dashed: max_running; 0 means paused.")
+    L.add(
+        "Wait p50 / p95 / p99 per tenant (eligible to claimed)",
+        quantiles("fairq_job_wait_seconds", Q, "tenant"),
+        unit="s",
+        w=24,
+        h=10,
+        description="From the job's run_at to its claim, on the database clock.",
+    )
+    L.add(
+        "Backlog (queued jobs)",
+        [(f"sum by (tenant) (fairq_tenant_queued_jobs{{{Q}}})", "{{tenant}}")],
+        stack=True,
+    )
+    L.add(
+        "Oldest runnable job age",
+        [(f"max by (tenant) (fairq_oldest_runnable_job_age_seconds{{{Q}}})", "{{tenant}}")],
+        unit="s",
+    )
+    L.add(
+        "Running vs caps",
+        [
+            (f"sum by (tenant) (fairq_tenant_running_jobs{{{Q}}})", "running {{tenant}}"),
+            ("max by (tenant) (fairq_tenant_max_running)", "cap {{tenant}}"),
+        ],
+        overrides=[dashed("cap .*")],
+        description="Dashed: max_running; 0 means paused.",
+    )
     L.row("Fairness")
-    L.add("Jain's fairness index", [
-        (f"fairq_fairness_jain_index{{{Q}}}", "{{queue}}")],
-        minmax=(0, 1), thresholds=[(None, "red"), (0.8, "green")], w=8,
-        description="Over backlogged tenants, claims per unit of weight, recent window. 1 = fair.")
-    L.add("Max share error", [
-        (f"fairq_fairness_max_share_error{{{Q}}}", "{{queue}}")], unit="percentunit", w=8,
-        description="max over tenants of |share of claims - share of weight|")
-    L.add("Tenants folded into __other__", [("fairq_metrics_tenants_folded", "folded")],
-          kind="stat", w=8)
-    L.add("Share of claims vs share of weight", [
-        (claim_share(Q), "claims {{tenant}}"),
-        (weight_share(Q), "weight {{tenant}}"),
-    ], unit="percentunit", w=24, h=10, overrides=[dashed("weight .*")],
-        description="Solid: share of claims. Dashed: share of weight among active tenants.")
+    L.add(
+        "Jain's fairness index",
+        [(f"fairq_fairness_jain_index{{{Q}}}", "{{queue}}")],
+        minmax=(0, 1),
+        thresholds=[(None, "red"), (0.8, "green")],
+        w=8,
+        description="Over backlogged tenants, claims per unit of weight, recent window. 1 = fair.",
+    )
+    L.add(
+        "Max share error",
+        [(f"fairq_fairness_max_share_error{{{Q}}}", "{{queue}}")],
+        unit="percentunit",
+        w=8,
+        description="max over tenants of |share of claims - share of weight|",
+    )
+    L.add(
+        "Tenants folded into __other__",
+        [("fairq_metrics_tenants_folded", "folded")],
+        kind="stat",
+        w=8,
+    )
+    L.add(
+        "Share of claims vs share of weight",
+        [
+            (claim_share(Q), "claims {{tenant}}"),
+            (weight_share(Q), "weight {{tenant}}"),
+        ],
+        unit="percentunit",
+        w=24,
+        h=10,
+        overrides=[dashed("weight .*")],
+        description="Solid: share of claims. Dashed: share of weight among active tenants.",
+    )
     L.row("Claims")
-    L.add("Claim latency p95 / p99 (client round trip)",
-          quantiles("fairq_claim_seconds", Q, "policy, result", (0.95, 0.99)), unit="s")
-    L.add("Claim server time: planning vs execution (mean)", [
-        (mean("fairq_claim_planning_seconds", "", "policy"), "planning {{policy}}"),
-        (mean("fairq_claim_execution_seconds", "", "policy"), "execution {{policy}}"),
-    ], unit="s", stack=True)
-    L.add("Empty-claim ratio", [(
-        rate("fairq_claim_seconds_count", Q + ', result="empty"', "queue")
-        + "\n/\n" + rate("fairq_claim_seconds_count", Q, "queue"), "{{queue}}")],
-        unit="percentunit", minmax=(0, 1))
-    L.add("Claim statement replan ratio (plans / calls)", [
-        ("fairq_claim_replan_ratio", "{{policy}}")], unit="percentunit")
+    L.add(
+        "Claim latency p95 / p99 (client round trip)",
+        quantiles("fairq_claim_seconds", Q, "policy, result", (0.95, 0.99)),
+        unit="s",
+    )
+    L.add(
+        "Claim server time: planning vs execution (mean)",
+        [
+            (mean("fairq_claim_planning_seconds", "", "policy"), "planning {{policy}}"),
+            (mean("fairq_claim_execution_seconds", "", "policy"), "execution {{policy}}"),
+        ],
+        unit="s",
+        stack=True,
+    )
+    L.add(
+        "Empty-claim ratio",
+        [
+            (
+                rate("fairq_claim_seconds_count", Q + ', result="empty"', "queue")
+                + "\n/\n"
+                + rate("fairq_claim_seconds_count", Q, "queue"),
+                "{{queue}}",
+            )
+        ],
+        unit="percentunit",
+        minmax=(0, 1),
+    )
+    L.add(
+        "Claim statement replan ratio (plans / calls)",
+        [("fairq_claim_replan_ratio", "{{policy}}")],
+        unit="percentunit",
+    )
     L.row("Health")
-    L.add("Expired leases", [
-        (rate("fairq_leases_expired_total", Q, "queue"), "expired {{queue}}"),
-        (rate("fairq_jobs_finished_total", Q + ', outcome="lease_lost"', "queue"),
-         "lease_lost {{queue}}"),
-    ], unit="ops", w=8)
+    L.add(
+        "Expired leases",
+        [
+            (rate("fairq_leases_expired_total", Q, "queue"), "expired {{queue}}"),
+            (
+                rate("fairq_jobs_finished_total", Q + ', outcome="lease_lost"', "queue"),
+                "lease_lost {{queue}}",
+            ),
+        ],
+        unit="ops",
+        w=8,
+    )
     L.add("Dead tuples (jobs table)", [("fairq_jobs_dead_tuples", "dead tuples")], w=8)
-    L.add("Since last autovacuum", [
-        ("time() - fairq_jobs_last_autovacuum_timestamp_seconds", "since autovacuum")],
-        unit="s", w=8)
-    return dashboard("fairq-overview", "fairq / overview", L.panels,
-                     [variable("queue", "label_values(fairq_tenant_queued_jobs, queue)",
-                               multi=True)])
+    L.add(
+        "Since last autovacuum",
+        [("time() - fairq_jobs_last_autovacuum_timestamp_seconds", "since autovacuum")],
+        unit="s",
+        w=8,
+    )
+    return dashboard(
+        "fairq-overview",
+        "fairq / overview",
+        L.panels,
+        [variable("queue", "label_values(fairq_tenant_queued_jobs, queue)", multi=True)],
+    )
 
 
-def tenant() -> dict:
+def tenant() -> Json:
     L = Layout()
     L.row("Tenant $tenant")
     L.add("Weight", [('fairq_tenant_weight{tenant="$tenant"}', "weight")], kind="stat", w=6, h=4)
-    L.add("Cap (max_running)", [('fairq_tenant_max_running{tenant="$tenant"}', "cap")],
-          kind="stat", w=6, h=4)
-    L.add("Queued", [(f"sum(fairq_tenant_queued_jobs{{{QT}}})", "queued")], kind="stat", w=6,
-          h=4)
-    L.add("Oldest runnable job", [
-        (f"max(fairq_oldest_runnable_job_age_seconds{{{QT}}})", "age")],
-        kind="stat", unit="s", w=6, h=4)
-    L.add("Jobs per second", [
-        (rate("fairq_jobs_enqueued_total", QT, "queue"), "enqueued {{queue}}"),
-        (rate("fairq_jobs_claimed_total", QT, "queue, policy"), "claimed {{queue}} {{policy}}"),
-        (rate("fairq_jobs_finished_total", QT, "queue, outcome"), "{{outcome}} {{queue}}"),
-    ], unit="ops")
+    L.add(
+        "Cap (max_running)",
+        [('fairq_tenant_max_running{tenant="$tenant"}', "cap")],
+        kind="stat",
+        w=6,
+        h=4,
+    )
+    L.add("Queued", [(f"sum(fairq_tenant_queued_jobs{{{QT}}})", "queued")], kind="stat", w=6, h=4)
+    L.add(
+        "Oldest runnable job",
+        [(f"max(fairq_oldest_runnable_job_age_seconds{{{QT}}})", "age")],
+        kind="stat",
+        unit="s",
+        w=6,
+        h=4,
+    )
+    L.add(
+        "Jobs per second",
+        [
+            (rate("fairq_jobs_enqueued_total", QT, "queue"), "enqueued {{queue}}"),
+            (rate("fairq_jobs_claimed_total", QT, "queue, policy"), "claimed {{queue}} {{policy}}"),
+            (rate("fairq_jobs_finished_total", QT, "queue, outcome"), "{{outcome}} {{queue}}"),
+        ],
+        unit="ops",
+    )
     L.add("Wait p50 / p95 / p99", quantiles("fairq_job_wait_seconds", QT, "queue"), unit="s")
-    L.add("Run time p50 / p95 / p99 per task", quantiles("fairq_job_run_seconds", QT, "task"),
-          unit="s")
-    L.add("Running vs cap", [
-        (f"sum by (queue) (fairq_tenant_running_jobs{{{QT}}})", "running {{queue}}"),
-        ('fairq_tenant_max_running{tenant="$tenant"}', "cap"),
-    ], overrides=[dashed("cap")])
-    L.add("Backlog (queued jobs)", [
-        (f"sum by (queue) (fairq_tenant_queued_jobs{{{QT}}})", "{{queue}}")], stack=True)
-    L.add("Oldest runnable job age", [
-        (f"max by (queue) (fairq_oldest_runnable_job_age_seconds{{{QT}}})", "{{queue}}")],
-        unit="s")
-    L.add("Share of claims vs share of weight", [
-        (claim_share(Q, "$tenant"), "claims"),
-        (weight_share(Q, "$tenant"), "weight"),
-    ], unit="percentunit", overrides=[dashed("weight")],
-        description="Across the selected queues; weight share among active tenants.")
-    L.add("Failure ratio", [(
-        rate("fairq_jobs_finished_total", QT + ', outcome!="done"', "outcome")
-        + "\n/ ignoring (outcome) group_left\n" + rate("fairq_jobs_finished_total", QT, ""),
-        "{{outcome}}")], unit="percentunit")
-    L.add("Queue fairness (Jain's index)", [(f"fairq_fairness_jain_index{{{Q}}}", "{{queue}}")],
-          minmax=(0, 1), thresholds=[(None, "red"), (0.8, "green")], w=24, h=6)
-    return dashboard("fairq-tenant", "fairq / tenant", L.panels, [
-        variable("queue", "label_values(fairq_tenant_queued_jobs, queue)", multi=True),
-        variable("tenant", 'label_values(fairq_tenant_queued_jobs{queue=~"$queue"}, tenant)',
-                 multi=False),
-    ])
+    L.add(
+        "Run time p50 / p95 / p99 per task",
+        quantiles("fairq_job_run_seconds", QT, "task"),
+        unit="s",
+    )
+    L.add(
+        "Running vs cap",
+        [
+            (f"sum by (queue) (fairq_tenant_running_jobs{{{QT}}})", "running {{queue}}"),
+            ('fairq_tenant_max_running{tenant="$tenant"}', "cap"),
+        ],
+        overrides=[dashed("cap")],
+    )
+    L.add(
+        "Backlog (queued jobs)",
+        [(f"sum by (queue) (fairq_tenant_queued_jobs{{{QT}}})", "{{queue}}")],
+        stack=True,
+    )
+    L.add(
+        "Oldest runnable job age",
+        [(f"max by (queue) (fairq_oldest_runnable_job_age_seconds{{{QT}}})", "{{queue}}")],
+        unit="s",
+    )
+    L.add(
+        "Share of claims vs share of weight",
+        [
+            (claim_share(Q, "$tenant"), "claims"),
+            (weight_share(Q, "$tenant"), "weight"),
+        ],
+        unit="percentunit",
+        overrides=[dashed("weight")],
+        description="Across the selected queues; weight share among active tenants.",
+    )
+    L.add(
+        "Failure ratio",
+        [
+            (
+                rate("fairq_jobs_finished_total", QT + ', outcome!="done"', "outcome")
+                + "\n/ ignoring (outcome) group_left\n"
+                + rate("fairq_jobs_finished_total", QT, ""),
+                "{{outcome}}",
+            )
+        ],
+        unit="percentunit",
+    )
+    L.add(
+        "Queue fairness (Jain's index)",
+        [(f"fairq_fairness_jain_index{{{Q}}}", "{{queue}}")],
+        minmax=(0, 1),
+        thresholds=[(None, "red"), (0.8, "green")],
+        w=24,
+        h=6,
+    )
+    return dashboard(
+        "fairq-tenant",
+        "fairq / tenant",
+        L.panels,
+        [
+            variable("queue", "label_values(fairq_tenant_queued_jobs, queue)", multi=True),
+            variable(
+                "tenant",
+                'label_values(fairq_tenant_queued_jobs{queue=~"$queue"}, tenant)',
+                multi=False,
+            ),
+        ],
+    )
 
 
 def main() -> int:
