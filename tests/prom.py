@@ -57,7 +57,10 @@ class Prometheus:
             with urllib.request.urlopen(url, timeout=10) as resp:
                 body = json.load(resp)
         except urllib.error.HTTPError as e:  # 400/422/503 carry a JSON error body
-            body = json.load(e)
+            try:
+                body = json.load(e)
+            except ValueError:
+                raise PromQLError(f"{url}: HTTP {e.code}") from e
         if body.get("status") != "success":
             raise PromQLError(f"{params.get('query', path)}: {body.get('error', body)}")
         return body["data"]
@@ -78,6 +81,26 @@ class Prometheus:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{expr!r} still empty after {timeout}s")
             time.sleep(interval)
+
+    def targets(self) -> list[dict[str, Any]]:
+        targets: list[dict[str, Any]] = self.api("/api/v1/targets")["activeTargets"]
+        return targets
+
+    def wait_scraped(self, samples: int = 3, timeout: float = 60.0) -> None:
+        """Wait until every target is up and has `samples` scrapes stored (rate() needs 2).
+
+        Prometheus hands new targets to its scrapers about 5s after start, so this takes
+        5s + samples * scrape_interval at least.
+        """
+        deadline = time.monotonic() + timeout
+        while not (ts := self.targets()) or any(t["health"] != "up" for t in ts):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"targets not up after {timeout}s: {ts}")
+            time.sleep(0.2)
+        self.wait_for(
+            f"min(count_over_time(up[5m])) >= {samples}",
+            timeout=max(deadline - time.monotonic(), 1.0),
+        )
 
     def rules(self) -> list[dict[str, Any]]:
         """Loaded rules (alerting and recording), each with its `query` as Prometheus parsed it."""
@@ -100,6 +123,7 @@ def write_config(
     rule_files: Sequence[Path] = (),
     scrape_interval: str = "1s",
     metrics_path: str = "/metrics",
+    extra_scrape_configs: Sequence[Mapping[str, Any]] = (),
 ) -> Path:
     cfg = {  # JSON is valid YAML: no yaml dependency needed
         "global": {
@@ -113,7 +137,8 @@ def write_config(
                 "job_name": "fairq",
                 "metrics_path": metrics_path,
                 "static_configs": [{"targets": list(targets)}],
-            }
+            },
+            *extra_scrape_configs,
         ],
     }
     path = workdir / "prometheus.yml"
@@ -128,18 +153,23 @@ def start_prometheus(
     rule_files: Sequence[Path] = (),
     scrape_interval: str = "1s",
     metrics_path: str = "/metrics",
+    extra_scrape_configs: Sequence[Mapping[str, Any]] = (),
     ready_timeout: float = 30.0,
     binary: str | None = None,
 ) -> Prometheus:
     """Start Prometheus on a free loopback port, storing everything under `workdir`.
 
-    Returns once `/-/ready` answers 200; the caller must call `.stop()`.
+    `targets` ("host:port") form the scrape job "fairq"; `extra_scrape_configs` are appended
+    verbatim (Prometheus scrape_config objects). Returns once `/-/ready` answers 200; the
+    caller must call `.stop()` (or use `running_prometheus`).
     """
     binary = binary or prometheus_binary()
     if not binary:
         raise FileNotFoundError("prometheus not on PATH (run .ci/install-prometheus.sh)")
     workdir.mkdir(parents=True, exist_ok=True)
-    config = write_config(workdir, targets, rule_files, scrape_interval, metrics_path)
+    config = write_config(
+        workdir, targets, rule_files, scrape_interval, metrics_path, extra_scrape_configs
+    )
     for _attempt in range(3):  # the free port may be taken between probe and bind
         port = free_port()
         with (workdir / "prometheus.log").open("wb") as log:
@@ -260,7 +290,8 @@ def _variable_promql(query: Any) -> str | None:
 def dashboard_exprs(path: str | Path, substitutions: Mapping[str, str]) -> list[str]:
     """Every PromQL expression of a Grafana dashboard JSON, variables substituted.
 
-    Covers panel targets (also inside rows, collapsed or not, and library-free nested panels)
+    Covers panel targets (also those nested in rows, collapsed or not; library panels are
+    references and are not resolved)
     and the queries of `query` template variables. `substitutions` maps variable names without
     `$` (e.g. "datasource", "__rate_interval") to their text.
     """

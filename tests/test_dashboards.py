@@ -291,8 +291,7 @@ def prom(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         rule_files=[ALERTS],
     )
     request.addfinalizer(p.stop)
-    # rates and deriv() need two samples; three leaves a margin for a slow first scrape
-    p.wait_for('count_over_time(up{job="fairq"}[1m]) >= 3', timeout=60)
+    p.wait_scraped(samples=3)  # rate() and deriv() need two; three leaves a margin
     p.wait_for("count(ALERTS) >= 4", timeout=60)  # every rule has been evaluated (pending)
     print(f"prometheus ready with data in {time.monotonic() - started:.1f}s")
     return p
