@@ -18,6 +18,7 @@ class NewJob:
     priority: int = 0
     cost: float = 1.0
     run_at: datetime | None = None
+    delay: float | None = None
     max_attempts: int = 5
     lease_seconds: int = 300
 

@@ -10,14 +10,16 @@ WITH input AS (
     SELECT * FROM unnest(
         %(queues)s::text[], %(tenants)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[],
         %(priorities)s::smallint[], %(costs)s::float8[], %(run_ats)s::timestamptz[],
-        %(max_attempts)s::int[], %(leases)s::int[]
+        %(max_attempts)s::int[], %(leases)s::int[], %(delays)s::float8[]
     ) WITH ORDINALITY AS i(queue, tenant, task, payload, priority, cost, run_at,
-                           max_attempts, lease_seconds, ord)
+                           max_attempts, lease_seconds, delay, ord)
 ),
 ins AS (
     INSERT INTO {schema}.jobs (queue, tenant, task, payload, priority, cost, run_at,
                                max_attempts, lease_seconds)
-    SELECT i.queue, i.tenant, i.task, i.payload, i.priority, i.cost, coalesce(i.run_at, now()),
+    -- A delay is added to the database clock, never to the producer's.
+    SELECT i.queue, i.tenant, i.task, i.payload, i.priority, i.cost,
+           coalesce(i.run_at, now() + make_interval(secs => coalesce(i.delay, 0))),
            i.max_attempts, i.lease_seconds
     FROM input i ORDER BY i.ord
     RETURNING id, queue, tenant, run_at

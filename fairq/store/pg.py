@@ -146,6 +146,7 @@ class Store:
             "run_ats": [j.run_at for j in jobs],
             "max_attempts": [j.max_attempts for j in jobs],
             "leases": [j.lease_seconds for j in jobs],
+            "delays": [j.delay for j in jobs],
             "channel": self.channel,
         }
         cur.execute(self.q("enqueue"), params)

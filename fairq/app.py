@@ -1,0 +1,250 @@
+"""The public Python API: ``fairq.App``, tasks, enqueueing and tenant configuration."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from fairq import validation as v
+from fairq.config import resolve_dsn, resolve_schema
+from fairq.errors import InvalidInput
+from fairq.models import JobInfo, NewJob, TenantConfig
+from fairq.store import Store
+
+if TYPE_CHECKING:
+    from fairq.worker import Worker
+
+Handler = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Task:
+    """A registered handler and its defaults; ``task.enqueue(...)`` is ``app.enqueue(name, ...)``."""
+
+    app: App
+    name: str
+    fn: Handler
+    queue: str
+    max_attempts: int
+    lease: int
+    priority: int
+    cost: float
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def enqueue(self, *, tenant: str, payload: Any = None, **options: Any) -> int:
+        return self.app.enqueue(self.name, tenant=tenant, payload=payload, **options)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+class Tenants:
+    """Operators' side: weights and caps, effective from the next claim (no restart)."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    def set(self, tenant: str, *, weight: float | None = None,
+            max_running: int | None = None) -> TenantConfig:
+        """Set a tenant's weight and/or cap; unset fields keep their current value."""
+        v.name("tenant", tenant)
+        current = self._app.store.get_tenant(tenant)
+        new = TenantConfig(
+            tenant,
+            v.weight(weight) if weight is not None else current.weight,
+            v.max_running(max_running) if max_running is not None else current.max_running,
+        )
+        self._app.store.set_tenants([new])
+        return new
+
+    def get(self, tenant: str) -> TenantConfig:
+        return self._app.store.get_tenant(v.name("tenant", tenant))
+
+    def list(self) -> list[TenantConfig]:
+        return self._app.store.list_tenants()
+
+    def apply(self, source: str | Any) -> list[TenantConfig]:
+        """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing."""
+        from fairq.tenant_config import load_tenant_file
+
+        defaults, tenants = load_tenant_file(source)
+        self._app.store.set_tenants(tenants, defaults=defaults)
+        return tenants
+
+
+class App:
+    """A fairq application: a database, a schema, and the tasks this process knows.
+
+    ``dsn`` defaults to ``$FAIRQ_DATABASE_URL`` and then to the embedded PostgreSQL;
+    ``listen_dsn`` is the direct connection for LISTEN when ``dsn`` goes through a
+    transaction-mode pooler (R11).
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str | None = None,
+        listen_dsn: str | None = None,
+        pool_size: int = 4,
+        prepare_threshold: int | None = 5,
+    ) -> None:
+        self.schema = resolve_schema(schema)
+        self._dsn = dsn
+        self._listen_dsn = listen_dsn
+        self._pool_size = pool_size
+        self._prepare_threshold = prepare_threshold
+        self._store: Store | None = None
+        self.tasks: dict[str, Task] = {}
+        self.tenants = Tenants(self)
+
+    # -- connection ----------------------------------------------------------------------
+    @functools.cached_property
+    def dsn(self) -> str:
+        return resolve_dsn(self._dsn)
+
+    @property
+    def listen_dsn(self) -> str:
+        return self._listen_dsn or self.dsn
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.dsn, self.schema, max_size=self._pool_size,
+                                prepare_threshold=self._prepare_threshold)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def migrate(self) -> None:
+        """Create or upgrade fairq's tables: idempotent and safe from many processes at once."""
+        from fairq import migrate
+
+        migrate.upgrade(self.dsn, self.schema)
+
+    # -- tasks ---------------------------------------------------------------------------
+    def task(
+        self,
+        fn: Handler | None = None,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = 5,
+        lease: int = 300,
+        priority: int = 0,
+        cost: float = 1.0,
+    ) -> Any:
+        """Register a handler (``@app.task`` or ``@app.task(queue=..., lease=...)``)."""
+
+        def register(f: Handler) -> Task:
+            task_name = v.name("task", name or f"{f.__module__}.{f.__qualname__}")
+            if task_name in self.tasks:
+                raise InvalidInput(f"task {task_name!r} is already registered")
+            t = Task(self, task_name, f, v.name("queue", queue), v.max_attempts(max_attempts),
+                     v.lease(lease), v.priority(priority), v.cost(cost))
+            self.tasks[task_name] = t
+            return t
+
+        return register(fn) if fn is not None else register
+
+    # -- producers -----------------------------------------------------------------------
+    def _new_job(self, task: str, tenant: str, payload: Any, *, run_at: datetime | None,
+                 delay: float | timedelta | None, priority: int | None, cost: float | None,
+                 queue: str | None, max_attempts: int | None = None,
+                 lease: int | None = None) -> NewJob:
+        v.name("task", task)
+        registered = self.tasks.get(task)
+        if registered is None and self.tasks:
+            raise InvalidInput(
+                f"unknown task {task!r}: this app registers {', '.join(sorted(self.tasks))}"
+            )
+        v.run_at(run_at, delay)
+        return NewJob(
+            task=task,
+            tenant=v.name("tenant", tenant),
+            payload_json=v.payload({} if payload is None else payload),
+            queue=v.name("queue", queue or (registered.queue if registered else "default")),
+            priority=v.priority(priority if priority is not None
+                                else (registered.priority if registered else 0)),
+            cost=v.cost(cost if cost is not None else (registered.cost if registered else 1.0)),
+            run_at=run_at,
+            delay=v.delay_seconds(delay),
+            max_attempts=v.max_attempts(max_attempts if max_attempts is not None
+                                        else (registered.max_attempts if registered else 5)),
+            lease_seconds=v.lease(lease if lease is not None
+                                  else (registered.lease if registered else 300)),
+        )
+
+    def enqueue(
+        self,
+        task: str,
+        *,
+        tenant: str,
+        payload: Any = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        priority: int | None = None,
+        cost: float | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        lease: int | None = None,
+        connection: Any = None,
+    ) -> int:
+        """Enqueue one job; with ``connection=`` it commits or rolls back with that transaction."""
+        job = self._new_job(task, tenant, payload, run_at=run_at, delay=delay, priority=priority,
+                            cost=cost, queue=queue, max_attempts=max_attempts, lease=lease)
+        return self.store.enqueue([job], connection=connection)[0]
+
+    def enqueue_many(
+        self,
+        task: str,
+        items: Iterable[tuple[str, Any]],
+        *,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        priority: int | None = None,
+        cost: float | None = None,
+        queue: str | None = None,
+        connection: Any = None,
+    ) -> list[int]:
+        """Enqueue ``(tenant, payload)`` pairs: one round trip per chunk of 5,000, all validated first."""
+        jobs: Sequence[NewJob] = [
+            self._new_job(task, tenant, payload, run_at=run_at, delay=delay, priority=priority,
+                          cost=cost, queue=queue)
+            for tenant, payload in items
+        ]
+        if not jobs:
+            return []
+        return self.store.enqueue(jobs, connection=connection)
+
+    # -- jobs ----------------------------------------------------------------------------
+    def job(self, job_id: int) -> JobInfo | None:
+        """A job's status, attempts, last_error, tenant and timestamps (None if unknown)."""
+        return self.store.get_job(v.integer("job id", job_id, 1, 2**63 - 1))
+
+    def cancel(self, job_id: int) -> bool:
+        """Cancel a queued job; False if it is running, finished or unknown."""
+        return self.store.cancel(v.integer("job id", job_id, 1, 2**63 - 1))
+
+    # -- workers -------------------------------------------------------------------------
+    def worker(self, **options: Any) -> Worker:
+        """A worker running this app's tasks (see ``fairq.worker.Worker`` for options)."""
+        from fairq.worker import Worker
+
+        return Worker(self, **options)

@@ -1,0 +1,124 @@
+"""Checks on user input, done before anything is written: each failure is ``InvalidInput``
+with a one-line reason (the CLI turns it into exit code 2)."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from fairq.errors import InvalidInput
+
+MAX_NAME = 200  # tenant, queue and task names (characters)
+MAX_PAYLOAD_BYTES = 1_000_000  # encoded JSON payload
+PRIORITY_RANGE = (-32768, 32767)
+
+
+def name(kind: str, value: Any) -> str:
+    """A tenant, queue or task name: any Unicode text of 1..200 characters, stored verbatim."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{kind} must be a string, not {type(value).__name__}")
+    if not value:
+        raise InvalidInput(f"{kind} must not be empty")
+    if len(value) > MAX_NAME:
+        raise InvalidInput(f"{kind} is {len(value)} characters long; the limit is {MAX_NAME}")
+    if "\x00" in value:
+        raise InvalidInput(f"{kind} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{kind} is not valid Unicode text (lone surrogate)") from None
+    return value
+
+
+def payload(value: Any) -> str:
+    """Encode a payload as JSON text; refuse what jsonb cannot store or what is too big."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"payload is not JSON-serialisable: {exc}") from None
+    if "\\u0000" in text:
+        raise InvalidInput("payload must not contain NUL characters (jsonb cannot store them)")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput("payload contains invalid Unicode (lone surrogate)") from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidInput(f"payload is {size} bytes as JSON; the limit is {MAX_PAYLOAD_BYTES}")
+    return text
+
+
+def _number(kind: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{kind} must be a number, not {type(value).__name__}")
+    f = float(value)
+    if not math.isfinite(f):
+        raise InvalidInput(f"{kind} must be finite, not {value!r}")
+    return f
+
+
+def weight(value: Any) -> float:
+    f = _number("weight", value)
+    if f <= 0 or f > 1e6:
+        raise InvalidInput(f"weight must be > 0 and <= 1e6, not {value!r}")
+    return f
+
+
+def cost(value: Any) -> float:
+    f = _number("cost", value)
+    if f <= 0 or f > 1e9:
+        raise InvalidInput(f"cost must be > 0 and <= 1e9, not {value!r}")
+    return f
+
+
+def integer(kind: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{kind} must be an integer, not {value!r}")
+    if not lo <= value <= hi:
+        raise InvalidInput(f"{kind} must be between {lo} and {hi}, not {value}")
+    return value
+
+
+def max_running(value: Any) -> int:
+    return integer("max_running", value, 0, 1_000_000)
+
+
+def priority(value: Any) -> int:
+    return integer("priority", value, *PRIORITY_RANGE)
+
+
+def max_attempts(value: Any) -> int:
+    return integer("max_attempts", value, 1, 1000)
+
+
+def lease(value: Any) -> int:
+    return integer("lease", value, 1, 7 * 24 * 3600)
+
+
+def run_at(run_at_value: Any, delay: Any) -> datetime | None:
+    """The job's run_at: an aware datetime, or ``now + delay`` left to the database clock.
+
+    A delay is turned into an absolute time here only when given; ``None`` means "now" on the
+    database clock, so a worker or producer with a wrong clock does not shift jobs.
+    """
+    if run_at_value is not None and delay is not None:
+        raise InvalidInput("give run_at or delay, not both")
+    if run_at_value is not None:
+        if not isinstance(run_at_value, datetime):
+            raise InvalidInput(f"run_at must be a datetime, not {type(run_at_value).__name__}")
+        if run_at_value.tzinfo is None or run_at_value.utcoffset() is None:
+            raise InvalidInput("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        return run_at_value
+    return None
+
+
+def delay_seconds(delay: Any) -> float | None:
+    if delay is None:
+        return None
+    if isinstance(delay, timedelta):
+        delay = delay.total_seconds()
+    f = _number("delay", delay)
+    if f < 0 or f > 10 * 365 * 86400:
+        raise InvalidInput(f"delay must be between 0 and 10 years in seconds, not {delay!r}")
+    return f
