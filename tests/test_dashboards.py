@@ -114,8 +114,15 @@ def test_dashboard_structure(name: str) -> None:
     assert (ds["type"], ds["query"]) == ("datasource", "prometheus")
     ids = [p["id"] for p in all_panels(dash["panels"])]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
+    cells: set[tuple[int, int]] = set()
     for panel in all_panels(dash["panels"]):
-        assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, panel["title"]
+        g = panel["gridPos"]
+        assert g["x"] + g["w"] <= 24, panel["title"]
+        mine = {
+            (x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
+        }
+        assert not cells & mine, f"{panel['title']} overlaps another panel"
+        cells |= mine
         if panel["type"] == "row":
             continue
         assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
