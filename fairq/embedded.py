@@ -74,10 +74,17 @@ class EmbeddedUnavailable(RuntimeError):
 
 
 def default_home() -> Path:
-    """``FAIRQ_HOME`` if set, else ``<XDG_CACHE_HOME or ~/.cache>/fairq``: data is rebuildable."""
+    """``FAIRQ_HOME`` if set, else ``<XDG_CACHE_HOME or ~/.cache>/fairq``: data is rebuildable.
+
+    As root the server runs as an unprivileged system user that cannot enter ``/root``, so root's
+    default is ``/var/tmp/fairq-root`` instead of refusing (a fresh machine's first command is
+    often run as root).
+    """
     env = os.environ.get("FAIRQ_HOME")
     if env:
         return Path(env).expanduser().resolve()
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and not os.environ.get("XDG_CACHE_HOME"):
+        return Path("/var/tmp/fairq-root")
     cache = os.environ.get("XDG_CACHE_HOME")
     base = Path(cache).expanduser() if cache else Path.home() / ".cache"
     return (base / "fairq").resolve()
