@@ -145,6 +145,36 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS i(id, attempts)
 WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
 RETURNING j.id, j.locked_until;
 
+-- name: release_unstarted
+-- Hand back jobs a stopping worker claimed but never started: queued again at their old place,
+-- the claim's attempt undone, their tenants' slots given back and the tenants runnable again.
+-- Fenced like every finish, so a job already reaped and re-claimed elsewhere is left alone.
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS i(id, attempts)
+),
+released AS (
+    UPDATE {schema}.jobs j
+    SET status = 'queued', attempts = j.attempts - 1, locked_until = NULL, locked_by = NULL,
+        started_at = NULL
+    FROM input i
+    WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
+    RETURNING j.id, j.queue, j.tenant
+),
+per_tenant AS (SELECT r.queue, r.tenant, count(*) AS n FROM released r GROUP BY 1, 2),
+locked AS MATERIALIZED (
+    SELECT ts.queue, ts.tenant, p.n
+    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
+    ORDER BY ts.queue, ts.tenant
+    FOR UPDATE OF ts
+),
+upd AS (
+    UPDATE {schema}.tenant_schedule ts
+    SET running = ts.running - l.n, active = true, wake_at = NULL
+    FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
+    RETURNING ts.tenant
+)
+SELECT r.id FROM released r;
+
 -- name: reap_expired
 -- Return running jobs whose lease expired to the queue, or fail them at max_attempts (R9), and
 -- give their tenants' slots back. SKIP LOCKED: a worker finishing one of them right now wins.

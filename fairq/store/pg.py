@@ -76,6 +76,8 @@ class Store:
         lock_timeout_ms: int = 5_000,
         prepare_threshold: int | None = 5,
         open_pool: bool = True,
+        application_name: str = "fairq",
+        timeout: float = 30.0,
     ) -> None:
         self.dsn = dsn
         self.schema = schema
@@ -83,6 +85,7 @@ class Store:
         self.statement_timeout_ms = statement_timeout_ms
         self.lock_timeout_ms = lock_timeout_ms
         self._prepare_threshold = prepare_threshold
+        self.application_name = application_name[:63]
         self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn,
             min_size=min_size,
@@ -90,6 +93,7 @@ class Store:
             kwargs={"autocommit": True, "prepare_threshold": prepare_threshold},
             configure=self._configure,
             open=False,
+            timeout=timeout,
             name=f"fairq-{schema}",
         )
         if open_pool:
@@ -98,7 +102,7 @@ class Store:
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         # Timeouts go in every transaction (SET LOCAL), not here: session state does not survive
         # a transaction-mode pooler. Only the application name is set per connection.
-        conn.execute("SELECT set_config('application_name', 'fairq', false)")
+        conn.execute("SELECT set_config('application_name', %s, false)", (self.application_name,))
 
     def close(self) -> None:
         self.pool.close()
@@ -208,6 +212,17 @@ class Store:
             cur.execute(
                 self.q("extend_leases"),
                 {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs], "seconds": seconds},
+            )
+            return {int(r["id"]) for r in cur.fetchall()}
+
+    def release_unstarted(self, jobs: Sequence[tuple[int, int]]) -> set[int]:
+        """Hand back claimed but unstarted (id, attempts) jobs; returns the ids released."""
+        if not jobs:
+            return set()
+        with self._tx() as cur:
+            cur.execute(
+                self.q("release_unstarted"),
+                {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs]},
             )
             return {int(r["id"]) for r in cur.fetchall()}
 
