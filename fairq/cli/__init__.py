@@ -1,0 +1,109 @@
+"""The ``fairq`` command line: one module per command group, each registering its own subparser.
+
+Adding a command group is one line: put its module name in ``COMMANDS``. A module listed there
+defines ``register(subparsers, common)``; it adds its parser(s) with ``parents=[common]`` and
+sets ``handler=`` to a function ``(args) -> int``. Modules that are not installed yet are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from fairq.cli._common import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    Parser,
+    add_connection_options,
+    one_line,
+    report_error,
+)
+
+COMMANDS: tuple[str, ...] = (
+    "migrate",
+    "worker",
+    "jobs",
+    "tenants",
+    "stats",
+    "exporter",
+    "demo",
+    "bench",
+)
+
+
+def _load(name: str) -> object | None:
+    """Import ``fairq.cli.<name>``; None when that module does not exist (not written yet)."""
+    qualified = f"{__name__}.{name}"
+    try:
+        return importlib.import_module(qualified)
+    except ModuleNotFoundError as exc:
+        if exc.name == qualified:
+            return None
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser: global options plus every available command group."""
+    from fairq import __version__
+
+    common = Parser(add_help=False)
+    add_connection_options(common)
+    parser = Parser(
+        prog="fairq",
+        description="Multi-tenant fair job scheduler on PostgreSQL.",
+        parents=[common],
+        epilog="Exit codes: 0 success, 2 usage or bad input, 1 anything else. "
+        "FAIRQ_DEBUG=1 shows tracebacks.",
+    )
+    parser.add_argument("--version", action="version", version=f"fairq {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for name in COMMANDS:
+        try:
+            module = _load(name)
+        except Exception as exc:  # a broken optional command must not take the others down
+            _register_broken(sub, common, name, exc)
+            continue
+        if module is not None:
+            module.register(sub, common)  # type: ignore[attr-defined]
+    return parser
+
+
+def _register_broken(sub: argparse._SubParsersAction[Parser], common: Parser,
+                     name: str, exc: Exception) -> None:
+    reason = one_line(f"{type(exc).__name__}: {exc}")
+    p = sub.add_parser(name, parents=[common], help=f"(unavailable: {reason})")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+
+    def fail(args: argparse.Namespace) -> int:
+        print(f"fairq {name}: unavailable in this installation: {reason}", file=sys.stderr)
+        return EXIT_ERROR
+
+    p.set_defaults(handler=fail)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 success, 2 usage or bad input, 1 anything else)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exc:  # --help, --version, or a usage error already reported
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        code: int = args.handler(args)
+        return code
+    except KeyboardInterrupt:
+        print("fairq: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if os.environ.get("FAIRQ_DEBUG") == "1":
+            import traceback
+
+            traceback.print_exc()
+        return report_error(args, exc)
+
+
+__all__ = ["COMMANDS", "build_parser", "main"]

@@ -1,0 +1,229 @@
+"""Shared plumbing of the CLI: one-line errors, exit codes, connection options, output."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import IO, TYPE_CHECKING, Any, NoReturn
+
+from fairq.config import ENV_SCHEMA, ENV_URL, redact
+from fairq.errors import ConfigurationError, InvalidInput
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+Handler = Callable[[argparse.Namespace], int]
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # What ``register(subparsers, common)`` receives: the result of ``add_subparsers()``.
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """``--dsn`` and ``--schema``, accepted before or after the command name."""
+    parser.add_argument(
+        "--dsn", default=argparse.SUPPRESS, metavar="URL",
+        help=f"PostgreSQL URL (default: ${ENV_URL}, else the embedded server)",
+    )
+    parser.add_argument(
+        "--schema", default=argparse.SUPPRESS,
+        help=f"PostgreSQL schema holding fairq's tables (default: ${ENV_SCHEMA}, else fairq)",
+    )
+
+
+def one_line(text: object) -> str:
+    """Collapse a (possibly multi-line) message into one line."""
+    return " ".join(str(text).split())
+
+
+# -- secrets -------------------------------------------------------------------------------
+def _passwords(dsn: str) -> list[str]:
+    """Passwords a DSN carries (URL userinfo or ``password=``), to scrub them from messages."""
+    found: list[str] = []
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        pw = conninfo_to_dict(dsn).get("password")
+        if pw:
+            found.append(str(pw))
+    except Exception:
+        pass
+    if "://" in dsn:
+        from urllib.parse import unquote, urlsplit
+
+        try:
+            pw = urlsplit(dsn).password
+        except ValueError:
+            pw = None
+        if pw:
+            found += [pw, unquote(pw)]
+    return [p for p in found if p]
+
+
+def scrub(message: str, args: argparse.Namespace | None = None) -> str:
+    """``message`` without any password of the DSNs in play (``--dsn``, ``$FAIRQ_DATABASE_URL``)."""
+    dsns = [getattr(args, "dsn", None) if args is not None else None, os.environ.get(ENV_URL)]
+    for dsn in filter(None, dsns):
+        message = message.replace(dsn, redact(dsn))
+        for pw in sorted(_passwords(dsn), key=len, reverse=True):
+            message = message.replace(pw, "***")
+    return message
+
+
+def report_error(args: argparse.Namespace, exc: BaseException) -> int:
+    """Print ``exc`` as one scrubbed line and return its exit code."""
+    code = EXIT_USAGE if isinstance(exc, InvalidInput) else EXIT_ERROR
+    text = str(exc) or type(exc).__name__
+    if not isinstance(exc, InvalidInput | ConfigurationError):
+        text = _explain(exc, text)
+    # "fairq tenants set": the command and any nested action (``<group>_command`` dests).
+    words = [getattr(args, "command", None)] + [
+        getattr(args, k) for k in sorted(vars(args)) if k.endswith("_command")]
+    prog = " ".join(["fairq", *(w for w in words if w)])
+    print(f"{prog}: {scrub(one_line(text), args)}", file=sys.stderr)
+    return code
+
+
+def _explain(exc: BaseException, text: str) -> str:
+    """Turn the database errors users actually meet into advice."""
+    try:
+        from psycopg import errors
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        return text
+    if isinstance(exc, errors.UndefinedTable | errors.InvalidSchemaName):
+        return f"fairq's tables are missing ({one_line(text)}): run `fairq migrate` first"
+    if isinstance(exc, errors.QueryCanceled):
+        return f"the query took too long and was cancelled ({one_line(text)})"
+    from fairq.embedded import EmbeddedUnavailable
+
+    if isinstance(exc, EmbeddedUnavailable | OSError):
+        return text
+    return f"{type(exc).__name__}: {text}"
+
+
+# -- connecting ----------------------------------------------------------------------------
+def resolve(args: argparse.Namespace) -> tuple[str, str]:
+    """(dsn, schema) for this invocation; starts the embedded server if nothing is configured."""
+    from fairq.config import resolve_dsn, resolve_schema
+
+    schema = resolve_schema(getattr(args, "schema", None))  # validate before starting anything
+    return resolve_dsn(getattr(args, "dsn", None)), schema
+
+
+def check_connection(dsn: str, timeout_s: int = 10) -> None:
+    """Connect once: an unreachable database fails in seconds with one line, not a pool timeout."""
+    import psycopg
+
+    try:
+        psycopg.connect(dsn, connect_timeout=timeout_s, autocommit=True).close()
+    except psycopg.ProgrammingError as exc:  # malformed connection string
+        raise InvalidInput(f"invalid database URL {redact(dsn)}: {one_line(exc)}") from None
+    except psycopg.OperationalError as exc:
+        raise ConfigurationError(f"cannot connect to {redact(dsn)}: {one_line(exc)}") from None
+
+
+@contextmanager
+def open_app(args: argparse.Namespace) -> Iterator[Any]:
+    """A connected ``fairq.App`` for the options in ``args``, closed afterwards."""
+    from fairq.app import App
+
+    dsn, schema = resolve(args)
+    check_connection(dsn)
+    app = App(dsn, schema=schema, pool_size=2)
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+# -- parsing and output --------------------------------------------------------------------
+def json_argument(kind: str) -> Callable[[str], Any]:
+    """An argparse type: JSON text, or a one-line usage error."""
+
+    def parse(text: str) -> Any:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"{kind} is not valid JSON: {exc}") from None
+
+    return parse
+
+
+def number(kind: str, *, minimum: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number (optionally >= ``minimum``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{kind} must be a number, not {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{kind} must be finite, not {text!r}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"{kind} must be >= {minimum:g}, not {text}")
+        return value
+
+    return parse
+
+
+def integer(kind: str, *, minimum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer (optionally >= ``minimum``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{kind} must be an integer, not {text!r}") from None
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"{kind} must be >= {minimum}, not {value}")
+        return value
+
+    return parse
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclasses, datetimes and containers as plain JSON values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def print_json(value: Any, out: IO[str] | None = None) -> None:
+    print(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False, sort_keys=False),
+          file=out or sys.stdout)
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
+                 right: Sequence[bool] | None = None) -> str:
+    """A plain text table; numeric columns (``right``) aligned right."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    align = right or [False] * len(headers)
+    lines = []
+    for row in cells:
+        parts = [c.rjust(w) if a else c.ljust(w)
+                 for c, w, a in zip(row, widths, align, strict=True)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)

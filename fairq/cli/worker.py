@@ -1,0 +1,116 @@
+"""``fairq worker MODULE:APP``: run an application's tasks until stopped or drained."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from fairq.cli._common import EXIT_OK, check_connection, integer, number
+from fairq.config import ENV_SCHEMA, ENV_URL
+from fairq.errors import ConfigurationError, InvalidInput
+
+if TYPE_CHECKING:
+    from fairq.app import App
+    from fairq.cli._common import Subparsers
+
+
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    from fairq.policies import DEFAULT_POLICY, POLICIES
+
+    p = sub.add_parser(
+        "worker", parents=[common], help="run an app's tasks",
+        description="Run the tasks of the fairq.App found at MODULE:APP (e.g. myproj.tasks:app). "
+        "SIGTERM/SIGINT stop it after in-flight jobs finish.",
+    )
+    p.add_argument("target", metavar="MODULE:APP",
+                   help="module and App attribute; ':APP' may be left out if the module has one")
+    p.add_argument("--concurrency", type=integer("concurrency", minimum=1), default=8,
+                   help="jobs run at once (default 8)")
+    p.add_argument("--queue", action="append", dest="queues", metavar="Q",
+                   help="queue to serve (repeatable; default: the app's tasks' queues)")
+    p.add_argument("--policy", default=DEFAULT_POLICY,
+                   help=f"scheduling policy: {', '.join(sorted(POLICIES))} "
+                   f"(default {DEFAULT_POLICY})")
+    p.add_argument("--metrics-port", type=integer("metrics-port", minimum=0),
+                   help="serve /metrics and /healthz on this port")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="bind address for --metrics-port (default 127.0.0.1)")
+    p.add_argument("--until-empty", action="store_true",
+                   help="drain: exit once nothing is runnable and nothing of ours runs")
+    p.add_argument("--poll-interval", type=number("poll-interval", minimum=0.01), metavar="S",
+                   help="fallback poll when no NOTIFY arrives (seconds)")
+    p.set_defaults(handler=run)
+
+
+def load_app(target: str) -> App:
+    """Import ``module[:attr.path]`` and return the ``fairq.App`` it names (or the only one)."""
+    from fairq.app import App
+
+    module_name, _, attr = target.partition(":")
+    if not module_name:
+        raise InvalidInput(f"expected MODULE:APP, not {target!r}")
+    if os.getcwd() not in sys.path:  # like `python -m`: the current folder is importable
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise InvalidInput(f"cannot import module {module_name!r}: {exc}") from None
+        raise
+    if attr:
+        obj: Any = module
+        for part in attr.split("."):
+            if not hasattr(obj, part):
+                raise InvalidInput(f"module {module_name!r} has no attribute {attr!r}")
+            obj = getattr(obj, part)
+        if not isinstance(obj, App):
+            raise InvalidInput(f"{target} is a {type(obj).__name__}, not a fairq.App")
+        return obj
+    apps = {id(v): v for v in vars(module).values() if isinstance(v, App)}
+    if len(apps) != 1:
+        found = "no fairq.App" if not apps else f"{len(apps)} fairq.App objects"
+        raise InvalidInput(f"module {module_name!r} has {found}: name one as {module_name}:APP")
+    return next(iter(apps.values()))
+
+
+def _metrics_observer(app: App, host: str, port: int) -> Any:
+    """Start the worker's metrics server; fairq.metrics is imported only when asked for."""
+    try:
+        metrics = importlib.import_module("fairq.metrics")
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(
+            f"--metrics-port needs fairq.metrics, which is missing: {exc}") from None
+    start = getattr(metrics, "start_worker_metrics", None)
+    if start is None:
+        raise ConfigurationError("--metrics-port: this fairq.metrics has no start_worker_metrics()")
+    return start(app, host=host, port=port)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fairq.policies import get_policy
+
+    get_policy(args.policy)  # unknown policy: exit 2 before importing user code
+    # The app module usually builds `fairq.App()` at import time, reading these.
+    if getattr(args, "dsn", None):
+        os.environ[ENV_URL] = args.dsn
+    if getattr(args, "schema", None):
+        os.environ[ENV_SCHEMA] = args.schema
+    app = load_app(args.target)
+    check_connection(app.dsn)
+    options: dict[str, Any] = {
+        "concurrency": args.concurrency,
+        "queues": args.queues or None,
+        "policy": args.policy,
+    }
+    if args.poll_interval is not None:
+        options["poll_interval"] = args.poll_interval
+    if args.metrics_port is not None:
+        options["observer"] = _metrics_observer(app, args.metrics_host, args.metrics_port)
+    try:
+        app.worker(**options).run(until_empty=args.until_empty)
+    finally:
+        app.close()
+    return EXIT_OK
