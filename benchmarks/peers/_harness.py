@@ -39,8 +39,10 @@ NOISY_START_SQL_PSYCOPG = (
 
 
 def admin_dsn() -> str:
-    """DSN of a maintenance database used to create and drop scratch databases."""
-    return os.environ.get(ADMIN_DSN_ENV, DEFAULT_ADMIN_DSN)
+    """Maintenance DSN for scratch databases: $FAIRQ_PEERS_ADMIN_DSN, $FAIRQ_TEST_DSN, default."""
+    return (
+        os.environ.get(ADMIN_DSN_ENV) or os.environ.get("FAIRQ_TEST_DSN") or DEFAULT_ADMIN_DSN
+    )
 
 
 def create_database(prefix: str = "peers") -> str:
@@ -102,15 +104,28 @@ def fetch_value(dsn: str, query: str) -> Any:
 
 
 def wait_until(
-    dsn: str, done_query: str, timeout_s: float, interval_s: float = 0.02
+    dsn: str,
+    done_query: str,
+    timeout_s: float,
+    pool: WorkerPool | None = None,
+    interval_s: float = 0.02,
 ) -> float:
-    """Poll ``done_query`` (returns a boolean) until true; return the wall time it took."""
+    """Poll ``done_query`` (returns a boolean) until true; return the wall time it took.
+
+    With ``pool``, fail fast when a worker crashed or every worker exited with work left.
+    """
     start = time.perf_counter()
+    all_gone_seen = False
     with psycopg.connect(dsn, autocommit=True) as conn:
         while True:
             row = conn.execute(done_query.encode()).fetchone()
             if row is not None and row[0]:
                 return time.perf_counter() - start
+            if pool is not None:
+                pool.check_alive_or_clean()
+                if all_gone_seen:
+                    raise RuntimeError(f"every worker exited before: {done_query}")
+                all_gone_seen = pool.all_exited()
             if time.perf_counter() - start > timeout_s:
                 raise TimeoutError(f"not done after {timeout_s:.0f}s: {done_query}")
             time.sleep(interval_s)
@@ -178,6 +193,10 @@ class WorkerPool:
         deadline = time.monotonic() + timeout_s
         for p in self.procs:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
+
+    def all_exited(self) -> bool:
+        """Whether every worker process has exited."""
+        return all(p.poll() is not None for p in self.procs)
 
     def check_alive_or_clean(self) -> None:
         """Raise if a worker has exited with a non-zero status."""

@@ -137,7 +137,9 @@ def drain(
         spawn_s = pool.start()
         t0_db = h.db_epoch(dsn)
         pool.go()
-        wall_s = h.wait_until(dsn, "SELECT NOT EXISTS (SELECT 1 FROM pgqueuer)", timeout_s)
+        wall_s = h.wait_until(
+            dsn, "SELECT NOT EXISTS (SELECT 1 FROM pgqueuer)", timeout_s, pool
+        )
         pool.wait_exit(60)
         pool.check_alive_or_clean()
         pids = pool.pids
@@ -210,6 +212,7 @@ def noisy_neighbour(
             "SELECT NOT EXISTS (SELECT 1 FROM pgqueuer)"
             " AND NOT EXISTS (SELECT 1 FROM peer_noisy_jobs WHERE started_at IS NULL)",
             timeout_s,
+            pool,
         )
         pool.wait_exit(60)
         pool.check_alive_or_clean()
