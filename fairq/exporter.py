@@ -1,0 +1,292 @@
+"""``fairq exporter``: database-level gauges for Prometheus from one scrape-time collector.
+
+Workers only count what they do; what the database knows (backlog, caps, weights, oldest
+runnable age, fairness over a recent window, unreaped expired leases, vacuum health) is read
+here, by one process, at scrape time, under a statement timeout, and at most once per
+``interval`` seconds however many Prometheus servers scrape it.
+
+Fairness: the claims each tenant received in the last ``window`` seconds are the deltas of
+``tenant_schedule.claimed_total`` between this process's own snapshots, so nothing scans the
+jobs table for it. Over the backlogged tenants of a queue (runnable jobs now, not paused), the
+claims per unit weight give Jain's index and the max share error; right after start the window
+is shorter (it grows with the snapshots kept).
+
+The ``tenant`` label is folded like the workers' (``fairq.metrics``): the top
+``FAIRQ_METRICS_MAX_TENANTS`` tenants keep their series, half of the slots by oldest runnable
+age (a small starving tenant stays visible) and the rest by backlog; the others are summed into
+``tenant="__other__"`` (oldest age: the max). Gauges are rebuilt on every refresh, so a tenant
+that leaves the top set simply stops being exported. ``__other__`` has no weight or cap series.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from psycopg.rows import dict_row
+
+from fairq import sql
+from fairq.metrics import OTHER, MetricsServer, db_check, max_tenants_from_env, serve
+from fairq.policies.fairness import jain_index, max_share_error
+
+log = logging.getLogger("fairq.exporter")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRow:
+    queue: str
+    tenant: str
+    weight: float
+    max_running: int
+    running: int
+    claimed_total: int
+    queued: int
+    runnable: int
+    oldest_age: float
+
+
+def keep_tenants(rows: Sequence[TenantRow], limit: int) -> set[str]:
+    """The tenants that keep their own series: half the slots by oldest wait, then by backlog."""
+    age: dict[str, float] = {}
+    backlog: dict[str, tuple[int, int]] = {}
+    for r in rows:
+        age[r.tenant] = max(age.get(r.tenant, 0.0), r.oldest_age)
+        q, run = backlog.get(r.tenant, (0, 0))
+        backlog[r.tenant] = (q + r.queued, run + r.running)
+    if len(backlog) <= limit:
+        return set(backlog)
+    by_age = sorted((t for t in age if age[t] > 0), key=lambda t: (-age[t], t))
+    kept = set(by_age[: math.ceil(limit / 2)])
+    for t in sorted(backlog, key=lambda t: (-backlog[t][0], -backlog[t][1], -age[t], t)):
+        if len(kept) >= limit:
+            break
+        kept.add(t)
+    return kept
+
+
+def fairness(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float]
+             ) -> dict[str, tuple[float, float]]:
+    """queue -> (Jain's index, max share error) over the queue's backlogged tenants."""
+    out: dict[str, tuple[float, float]] = {}
+    queues = sorted({r.queue for r in rows})
+    for queue in queues:
+        backlogged = [r for r in rows if r.queue == queue and r.runnable > 0 and r.max_running > 0]
+        service = {r.tenant: claims.get((queue, r.tenant), 0.0) for r in backlogged}
+        weights = {r.tenant: r.weight for r in backlogged}
+        values = [service[t] / weights[t] for t in service]
+        out[queue] = (jain_index(values), max_share_error(service, weights))
+    return out
+
+
+class DatabaseCollector:
+    """The exporter's scrape-time collector (prometheus-client custom collector protocol)."""
+
+    def __init__(self, dsn: str, schema: str, *, max_tenants: int | None = None,
+                 interval: float = 5.0, window: float = 300.0,
+                 statement_timeout_ms: int = 5000) -> None:
+        self.dsn, self.schema = dsn, schema
+        self.max_tenants = max_tenants_from_env() if max_tenants is None else max_tenants
+        self.interval, self.window = interval, window
+        self.statement_timeout_ms = statement_timeout_ms
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+        self._snapshots: deque[tuple[float, dict[tuple[str, str], int]]] = deque()
+        self._cached: list[Metric] = []
+        self._refreshed_at = -math.inf
+        self._errors = 0
+        self._up = 0.0
+        self._duration = 0.0
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5,
+                                         application_name="fairq-exporter")
+        return self._conn
+
+    def _query(self) -> tuple[list[TenantRow], dict[str, int], dict[str, Any] | None]:
+        conn = self._connect()
+        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(sql.statement("metrics_timeouts", self.schema),
+                        {"statement_ms": str(self.statement_timeout_ms),
+                         "lock_ms": str(self.statement_timeout_ms)})
+            cur.execute(sql.statement("exporter_tenants", self.schema))
+            rows = [TenantRow(**r) for r in cur.fetchall()]
+            cur.execute(sql.statement("exporter_expired_leases", self.schema))
+            leases = {r["queue"]: int(r["expired"]) for r in cur.fetchall()}
+            cur.execute(sql.statement("exporter_jobs_table", self.schema), {"schema": self.schema})
+            table = cur.fetchone()
+        return rows, leases, table
+
+    def _window_claims(self, rows: Sequence[TenantRow], now: float) -> dict[tuple[str, str], float]:
+        """Claims per (queue, tenant) since the oldest snapshot still inside the window."""
+        current = {(r.queue, r.tenant): r.claimed_total for r in rows}
+        self._snapshots.append((now, current))
+        # Keep one snapshot at or just beyond the window's start as the baseline.
+        while len(self._snapshots) > 1 and self._snapshots[1][0] <= now - self.window:
+            self._snapshots.popleft()
+        base = self._snapshots[0][1]
+        # A row created in the window counts from 0; a row recreated (lower total) from its own.
+        return {k: float(v - base.get(k, 0)) if v >= base.get(k, 0) else float(v)
+                for k, v in current.items()}
+
+    def refresh(self) -> list[Metric]:
+        started = time.monotonic()
+        try:
+            rows, leases, table = self._query()
+        except Exception as exc:
+            self._errors += 1
+            self._up = 0.0
+            log.warning("exporter query failed: %s", exc)
+            if self._conn is not None and (self._conn.broken or not isinstance(exc, psycopg.Error)):
+                self.close()
+            return []
+        self._up = 1.0
+        claims = self._window_claims(rows, started)
+        families = self._families(rows, leases, table, claims)
+        self._duration = time.monotonic() - started
+        return families
+
+    def _families(self, rows: Sequence[TenantRow], leases: dict[str, int],
+                  table: dict[str, Any] | None, claims: dict[tuple[str, str], float]
+                  ) -> list[Metric]:
+        kept = keep_tenants(rows, self.max_tenants)
+        queued: dict[tuple[str, str], float] = {}
+        running: dict[tuple[str, str], float] = {}
+        oldest: dict[tuple[str, str], float] = {}
+        caps: dict[str, float] = {}
+        weights: dict[str, float] = {}
+        for r in rows:
+            label = r.tenant if r.tenant in kept else OTHER
+            key = (r.queue, label)
+            queued[key] = queued.get(key, 0.0) + r.queued
+            running[key] = running.get(key, 0.0) + r.running
+            oldest[key] = max(oldest.get(key, 0.0), r.oldest_age)
+            if label != OTHER:
+                caps[r.tenant] = max(caps.get(r.tenant, 0.0), float(r.max_running))
+                weights[r.tenant] = max(weights.get(r.tenant, 0.0), r.weight)
+        g_queued = GaugeMetricFamily("fairq_tenant_queued_jobs",
+                                     "Jobs in status queued (due or delayed).",
+                                     labels=["queue", "tenant"])
+        g_running = GaugeMetricFamily("fairq_tenant_running_jobs",
+                                      "Jobs running now (the scheduler's exact count).",
+                                      labels=["queue", "tenant"])
+        g_oldest = GaugeMetricFamily("fairq_oldest_runnable_job_age_seconds",
+                                     "Age of the oldest due, unclaimed job since its run_at "
+                                     "(0 when none).", labels=["queue", "tenant"])
+        for key in sorted(queued):
+            g_queued.add_metric(list(key), queued[key])
+            g_running.add_metric(list(key), running[key])
+            g_oldest.add_metric(list(key), oldest[key])
+        g_cap = GaugeMetricFamily("fairq_tenant_max_running",
+                                  "Tenant's cap on running jobs (0 = paused).", labels=["tenant"])
+        g_weight = GaugeMetricFamily("fairq_tenant_weight", "Tenant's fair-share weight.",
+                                     labels=["tenant"])
+        for t in sorted(caps):
+            g_cap.add_metric([t], caps[t])
+            g_weight.add_metric([t], weights[t])
+        g_jain = GaugeMetricFamily(
+            "fairq_fairness_jain_index",
+            f"Jain's index of claims per unit weight over backlogged tenants, last "
+            f"{self.window:g}s (1 = fair).", labels=["queue"])
+        g_err = GaugeMetricFamily(
+            "fairq_fairness_max_share_error",
+            f"Max over backlogged tenants of |share of claims - share of weight|, last "
+            f"{self.window:g}s.", labels=["queue"])
+        for queue, (jain, err) in fairness(rows, claims).items():
+            g_jain.add_metric([queue], jain)
+            g_err.add_metric([queue], err)
+        g_leases = GaugeMetricFamily(
+            "fairq_leases_expired_unreaped_jobs",
+            "Running jobs whose lease expired and that no reaper has returned yet "
+            "(reaped ones: fairq_leases_expired_total from the workers).", labels=["queue"])
+        for queue in sorted({r.queue for r in rows} | set(leases)):
+            g_leases.add_metric([queue], float(leases.get(queue, 0)))
+        folded = {r.tenant for r in rows} - kept
+        g_folded = GaugeMetricFamily(
+            "fairq_metrics_tenants_folded",
+            f"Tenants folded into tenant=\"__other__\" (top {self.max_tenants} kept).",
+            value=float(len(folded)))
+        out: list[Metric] = [g_queued, g_running, g_oldest, g_cap, g_weight, g_jain, g_err,
+                             g_leases, g_folded]
+        if table is not None:
+            last = max(table["last_autovacuum"] or 0.0, table["last_vacuum"] or 0.0)
+            out += [
+                GaugeMetricFamily("fairq_jobs_dead_tuples",
+                                  "Dead tuples in the jobs table (pg_stat_user_tables).",
+                                  value=table["dead"]),
+                GaugeMetricFamily("fairq_jobs_live_tuples",
+                                  "Live tuples in the jobs table (pg_stat_user_tables).",
+                                  value=table["live"]),
+                GaugeMetricFamily("fairq_jobs_last_autovacuum_timestamp_seconds",
+                                  "Last (auto)vacuum of the jobs table, Unix time; 0 = never.",
+                                  value=last),
+                CounterMetricFamily("fairq_jobs_autovacuum_runs",
+                                    "Autovacuum runs on the jobs table since stats reset.",
+                                    value=table["autovacuum_count"]),
+            ]
+        return out
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if time.monotonic() - self._refreshed_at >= self.interval or not self._up:
+                self._cached = self.refresh()
+                self._refreshed_at = time.monotonic()
+            cached = list(self._cached)
+            up, errors, duration = self._up, self._errors, self._duration
+        yield from cached
+        yield GaugeMetricFamily("fairq_exporter_up",
+                                "1 when the last database read succeeded.", value=up)
+        yield CounterMetricFamily("fairq_exporter_errors",
+                                  "Database reads that failed or timed out.", value=errors)
+        yield GaugeMetricFamily("fairq_exporter_refresh_seconds",
+                                "Duration of the last database read.", value=duration)
+
+
+def build_registry(dsn: str, schema: str, *, max_tenants: int | None = None,
+                   interval: float = 5.0, window: float = 300.0,
+                   statement_timeout_ms: int = 5000, policies: Sequence[str] = ("weighted",),
+                   probe_interval: float = 30.0, probe_source: str = "auto",
+                   probe: bool = True) -> CollectorRegistry:
+    """A registry with the database collector and (unless ``probe=False``) the claim probe."""
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector(dsn, schema, max_tenants=max_tenants, interval=interval,
+                                        window=window, statement_timeout_ms=statement_timeout_ms))
+    if probe:
+        from fairq.probe import ClaimProbe
+
+        registry.register(ClaimProbe(dsn, schema, policies, interval=probe_interval,
+                                     source=probe_source,
+                                     statement_timeout_ms=min(statement_timeout_ms, 2000)))
+    return registry
+
+
+def run(dsn: str, schema: str, *, host: str = "0.0.0.0", port: int = 9765,
+        stop: threading.Event | None = None, ready: Any = None, **options: Any) -> None:
+    """Serve until SIGTERM/SIGINT (or ``stop`` is set); /healthz = the database answers."""
+    registry = build_registry(dsn, schema, **options)
+    server: MetricsServer = serve(port, host, health=db_check(dsn), registry=registry)
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    if ready is not None:
+        ready(server)
+    try:
+        stop.wait()
+    finally:
+        server.close()

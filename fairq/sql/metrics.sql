@@ -1,0 +1,73 @@
+-- Read-only statements of the metrics side: the claim probe (fairq/probe.py) and the database
+-- exporter (fairq/exporter.py). Workers never run these. Every caller sets a statement timeout.
+
+-- name: metrics_timeouts
+-- Per-transaction limits: a scrape must never hang on a lock or a slow plan.
+SELECT set_config('statement_timeout', %(statement_ms)s, true),
+       set_config('lock_timeout', %(lock_ms)s, true);
+
+-- name: pgss_status
+-- Is pg_stat_statements usable here (preloaded *and* created in this database), and does it
+-- record planning? track_planning is off by default, and then plans and total_plan_time are 0.
+SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements') AS installed,
+       coalesce(current_setting('shared_preload_libraries', true), '') AS preload,
+       coalesce(current_setting('pg_stat_statements.track_planning', true), 'off') AS track_planning;
+
+-- name: pgss_claim_stats
+-- Cumulative counters of one claim statement in this database, matched by the statement's text
+-- up to its first parameter (pg_stat_statements keeps the text as sent, comments included, and
+-- the quoted schema name in that prefix tells schemas apart).
+SELECT coalesce(sum(s.calls), 0)::float8 AS calls,
+       coalesce(sum(s.plans), 0)::float8 AS plans,
+       coalesce(sum(s.total_plan_time), 0)::float8 AS plan_ms,
+       coalesce(sum(s.total_exec_time), 0)::float8 AS exec_ms
+FROM pg_stat_statements s
+WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND starts_with(s.query, %(prefix)s);
+
+-- name: probe_queue
+-- The queue the sampled probe explains the claim on: the one with the most runnable tenants.
+SELECT coalesce(
+    (SELECT ts.queue FROM {schema}.tenant_schedule ts
+     GROUP BY ts.queue
+     ORDER BY count(*) FILTER (WHERE ts.active) DESC, sum(ts.claimed_total) DESC, ts.queue
+     LIMIT 1),
+    'default') AS queue;
+
+-- name: prepared_plan_counts
+-- How often this session's prepared statement was planned afresh (custom) or reused (generic).
+SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = %(name)s;
+
+-- name: exporter_tenants
+-- Per (queue, tenant): configuration, exact running count, backlog and oldest runnable age.
+-- The backlog aggregate reads the partial index of queued jobs only.
+WITH backlog AS (
+    SELECT j.queue, j.tenant, count(*) AS queued,
+           count(*) FILTER (WHERE j.run_at <= now()) AS runnable,
+           extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now())) AS oldest_age
+    FROM {schema}.jobs j
+    WHERE j.status = 'queued'
+    GROUP BY j.queue, j.tenant
+)
+SELECT ts.queue, ts.tenant, ts.weight, ts.max_running, ts.running, ts.claimed_total,
+       coalesce(b.queued, 0) AS queued, coalesce(b.runnable, 0) AS runnable,
+       coalesce(b.oldest_age, 0)::float8 AS oldest_age
+FROM {schema}.tenant_schedule ts
+LEFT JOIN backlog b ON b.queue = ts.queue AND b.tenant = ts.tenant
+ORDER BY ts.queue, ts.tenant;
+
+-- name: exporter_expired_leases
+-- Running jobs whose lease has expired and that no reaper has returned yet (jobs_lease_idx).
+SELECT j.queue, count(*) AS expired
+FROM {schema}.jobs j
+WHERE j.status = 'running' AND j.locked_until < now()
+GROUP BY j.queue;
+
+-- name: exporter_jobs_table
+-- Vacuum health of the jobs table (R21).
+SELECT s.n_dead_tup::float8 AS dead, s.n_live_tup::float8 AS live,
+       extract(epoch FROM s.last_autovacuum)::float8 AS last_autovacuum,
+       extract(epoch FROM s.last_vacuum)::float8 AS last_vacuum,
+       s.autovacuum_count::float8 AS autovacuum_count
+FROM pg_stat_user_tables s
+WHERE s.schemaname = %(schema)s AND s.relname = 'jobs';

@@ -1,0 +1,175 @@
+"""A private, throwaway PostgreSQL cluster: for tests that need server settings or a dead server.
+
+    cluster = pgcluster.start(tmp_path, options={"shared_preload_libraries": "pg_stat_statements"})
+    request.addfinalizer(cluster.stop)
+    psycopg.connect(cluster.dsn)
+
+Runs Debian's PostgreSQL binaries (``/usr/lib/postgresql/<ver>/bin``, ``$FAIRQ_PG_BINDIR``
+overrides) on a free loopback port with trust auth. PostgreSQL refuses to run as root, so when
+the tests run as root the cluster runs as the ``postgres`` OS user. ``stop`` stops exactly this
+cluster (by its postmaster PID), never anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def bindir() -> Path | None:
+    """Where initdb/pg_ctl live: ``$FAIRQ_PG_BINDIR`` or the newest Debian install."""
+    if env := os.environ.get("FAIRQ_PG_BINDIR"):
+        return Path(env)
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def available() -> bool:
+    d = bindir()
+    return d is not None and (d / "initdb").exists() and (d / "pg_ctl").exists()
+
+
+@dataclass
+class Cluster:
+    datadir: Path
+    port: int
+    pid: int
+    user: str | None  # OS user the server runs as (None: the current user)
+    _bin: Path
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def running(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def stop(self, mode: str = "fast", timeout: float = 30.0) -> None:
+        """Stop this cluster's postmaster (SIGINT = fast shutdown, SIGQUIT = immediate)."""
+        if not self.running():
+            return
+        sig = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}[mode]
+        os.kill(self.pid, sig)
+        deadline = time.monotonic() + timeout
+        while self.running() and time.monotonic() < deadline:
+            _reap(self.pid)
+            time.sleep(0.05)
+        if self.running():
+            os.kill(self.pid, signal.SIGKILL)
+            time.sleep(0.2)
+        _reap(self.pid)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.datadir.parent, ignore_errors=True)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _as_user(cmd: list[str], user: str | None) -> list[str]:
+    return ["runuser", "-u", user, "--", *cmd] if user else cmd
+
+
+def start(workdir: Path, *, port: int | None = None, options: Mapping[str, str] | None = None,
+          timeout: float = 60.0) -> Cluster:
+    """initdb a new cluster under ``workdir`` and start it; returns once it accepts connections.
+
+    ``options`` are server settings (``shared_preload_libraries``, ``max_connections``, ...).
+    """
+    bin_dir = bindir()
+    if bin_dir is None:
+        raise FileNotFoundError("PostgreSQL server binaries not found (set FAIRQ_PG_BINDIR)")
+    user = "postgres" if os.geteuid() == 0 else None
+    root = Path(workdir) / f"pgcluster-{os.getpid()}-{time.monotonic_ns()}"
+    datadir, sockdir = root / "data", root / "sock"
+    root.mkdir(parents=True)
+    sockdir.mkdir()
+    if user:
+        pw = pwd.getpwnam(user)
+        for d in (root, sockdir):
+            os.chown(d, pw.pw_uid, pw.pw_gid)
+        # runuser needs to traverse the parents of workdir (pytest's tmp dirs are 0700).
+        for parent in Path(workdir).resolve().parents:
+            if str(parent) in ("/", "/tmp"):
+                continue
+            mode = parent.stat().st_mode
+            if not mode & 0o001:
+                os.chmod(parent, mode | 0o001)
+        mode = Path(workdir).stat().st_mode
+        os.chmod(workdir, mode | 0o001)
+    subprocess.run(
+        _as_user([str(bin_dir / "initdb"), "-D", str(datadir), "-U", "postgres", "-A", "trust",
+                  "--no-sync", "-E", "UTF8", "--locale=C"], user),
+        check=True, capture_output=True,
+    )
+    settings = {"listen_addresses": "127.0.0.1", "unix_socket_directories": str(sockdir),
+                "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+                **dict(options or {})}
+    with (datadir / "postgresql.auto.conf").open("a") as f:
+        for key, value in settings.items():
+            f.write(f"{key} = '{value}'\n")
+    last_error = ""
+    for _attempt in range(3):  # a free port can be taken between probe and bind
+        chosen = port or free_port()
+        with (datadir / "postgresql.auto.conf").open("a") as f:
+            f.write(f"port = '{chosen}'\n")
+        log = root / "server.log"
+        subprocess.run(
+            _as_user([str(bin_dir / "pg_ctl"), "-D", str(datadir), "-l", str(log), "-w",
+                      "-t", str(int(timeout)), "start"], user),
+            capture_output=True,
+        )
+        pidfile = datadir / "postmaster.pid"
+        if pidfile.exists():
+            pid = int(pidfile.read_text().split()[0])
+            cluster = Cluster(datadir, chosen, pid, user, bin_dir)
+            if _wait_accepting(cluster.dsn, timeout):
+                return cluster
+            cluster.stop("immediate")
+        last_error = log.read_text(errors="replace") if log.exists() else "(no log)"
+        if port is not None or "already in use" not in last_error:
+            break
+    raise RuntimeError(f"private PostgreSQL did not start:\n{last_error[-3000:]}")
+
+
+def _wait_accepting(dsn: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            psycopg.connect(dsn, connect_timeout=2).close()
+            return True
+        except psycopg.OperationalError:
+            time.sleep(0.1)
+    return False
