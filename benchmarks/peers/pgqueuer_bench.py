@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import importlib.metadata
 import json
+import os
 import time
 from typing import Any
 
@@ -285,7 +286,7 @@ def worker_main() -> None:
 
 def run_all(dsn: str, n_jobs: int, enqueue_jobs: int | None = None) -> dict[str, Any]:
     """Install, enqueue, drain (defaults, tuned) and noisy neighbour (FIFO, capped)."""
-    out: dict[str, Any] = {"install": install(dsn)}
+    out: dict[str, Any] = {"loadavg_before": os.getloadavg(), "install": install(dsn)}
     reset(dsn)
     out["enqueue"] = enqueue(dsn, enqueue_jobs or n_jobs, tenants=1)
     reset(dsn)
@@ -297,6 +298,7 @@ def run_all(dsn: str, n_jobs: int, enqueue_jobs: int | None = None) -> dict[str,
         noisy.pop("tenant_waits_s")
         out[key] = noisy
     reset(dsn)
+    out["loadavg_after"] = os.getloadavg()
     return out
 
 

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import importlib.metadata
 import json
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -293,7 +294,7 @@ def worker_main() -> None:
 
 def run_all(dsn: str, n_jobs: int) -> dict[str, Any]:
     """Install, enqueue, drain (defaults, tuned sweep) and noisy neighbour (queue, lock)."""
-    out: dict[str, Any] = {"install": install(dsn)}
+    out: dict[str, Any] = {"loadavg_before": os.getloadavg(), "install": install(dsn)}
     reset(dsn)
     out["enqueue"] = enqueue(dsn, n_jobs, tenants=1)
     reset(dsn)
@@ -305,6 +306,7 @@ def run_all(dsn: str, n_jobs: int) -> dict[str, Any]:
         noisy.pop("tenant_waits_s")
         out[key] = noisy
     reset(dsn)
+    out["loadavg_after"] = os.getloadavg()
     return out
 
 
