@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ class Cluster:
     pid: int
     user: str | None  # OS user the server runs as (None: the current user)
     _bin: Path
+    sockdir: Path
 
     @property
     def dsn(self) -> str:
@@ -91,6 +93,7 @@ class Cluster:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.datadir.parent, ignore_errors=True)
+        shutil.rmtree(self.sockdir, ignore_errors=True)
 
 
 def _reap(pid: int) -> None:
@@ -113,9 +116,10 @@ def start(workdir: Path, *, port: int | None = None, options: Mapping[str, str] 
         raise FileNotFoundError("PostgreSQL server binaries not found (set FAIRQ_PG_BINDIR)")
     user = "postgres" if os.geteuid() == 0 else None
     root = Path(workdir) / f"pgcluster-{os.getpid()}-{time.monotonic_ns()}"
-    datadir, sockdir = root / "data", root / "sock"
+    datadir = root / "data"
     root.mkdir(parents=True)
-    sockdir.mkdir()
+    # Unix socket paths are limited to 107 bytes: pytest's tmp paths are too long for them.
+    sockdir = Path(tempfile.mkdtemp(prefix="fqpg-", dir="/tmp"))
     if user:
         pw = pwd.getpwnam(user)
         for d in (root, sockdir):
@@ -154,7 +158,7 @@ def start(workdir: Path, *, port: int | None = None, options: Mapping[str, str] 
         pidfile = datadir / "postmaster.pid"
         if pidfile.exists():
             pid = int(pidfile.read_text().split()[0])
-            cluster = Cluster(datadir, chosen, pid, user, bin_dir)
+            cluster = Cluster(datadir, chosen, pid, user, bin_dir, sockdir)
             if _wait_accepting(cluster.dsn, timeout):
                 return cluster
             cluster.stop("immediate")
