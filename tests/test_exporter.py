@@ -206,9 +206,10 @@ def test_fairq_exporter_command_serves_metrics_and_health(store: Store, dsn: str
             try:
                 status, body = fetch(f"http://127.0.0.1:{port}/metrics")
                 break
-            except OSError:
+            except OSError as exc:
                 if time.monotonic() > deadline or proc.poll() is not None:
-                    raise AssertionError(proc.stderr.read().decode() if proc.stderr else "")
+                    err = proc.stderr.read().decode() if proc.stderr else ""
+                    raise AssertionError(err) from exc
                 time.sleep(0.1)
         assert status == 200
         assert b'fairq_tenant_queued_jobs{queue="default",tenant="acme"} 3.0' in body

@@ -100,7 +100,8 @@ def test_pg_stat_statements_source(pgss_cluster: Callable[[bool], str]) -> None:
         assert 0 < v["fairq_claim_replan_ratio{policy=weighted}"] <= 1
         with psycopg.connect(dsn, autocommit=True) as conn:  # the ratio is plans / calls
             row = conn.execute(
-                "SELECT sum(plans), sum(calls) FROM pg_stat_statements WHERE starts_with(query, %s)",
+                "SELECT sum(plans), sum(calls) FROM pg_stat_statements "
+                "WHERE starts_with(query, %s)",
                 (statement_prefix("claim_fair", "fairq"),)).fetchone()
         assert row is not None and row[1] >= 12
         text = generate_latest(registry).decode()
