@@ -1,0 +1,66 @@
+"""``fairq.Job``: what a handler receives, and its one way back to the database (the lease)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from fairq.errors import LeaseLost
+from fairq.models import ClaimedJob
+
+if TYPE_CHECKING:
+    from fairq.store import Store
+
+
+@dataclass(eq=False)
+class Job:
+    """One claimed attempt of a job.
+
+    ``attempt`` is the claim's attempt number; it fences every write about this attempt, so a
+    worker whose lease expired and whose job was re-claimed elsewhere changes nothing (R7).
+    """
+
+    id: int
+    tenant: str
+    payload: Any
+    attempt: int
+    queue: str
+    task: str
+    max_attempts: int
+    lease_seconds: int
+    run_at: datetime
+    started_at: datetime
+    locked_until: datetime
+    claimed: ClaimedJob = field(repr=False)
+    _store: Store = field(repr=False)
+    lease_lost: bool = False
+
+    @classmethod
+    def from_claim(cls, claimed: ClaimedJob, store: Store) -> Job:
+        return cls(
+            id=claimed.id, tenant=claimed.tenant, payload=claimed.payload,
+            attempt=claimed.attempts, queue=claimed.queue, task=claimed.task,
+            max_attempts=claimed.max_attempts, lease_seconds=claimed.lease_seconds,
+            run_at=claimed.run_at, started_at=claimed.started_at,
+            locked_until=claimed.locked_until, claimed=claimed, _store=store,
+        )
+
+    @property
+    def attempts(self) -> int:
+        """Same as ``attempt`` (the column's name)."""
+        return self.attempt
+
+    def extend_lease(self, seconds: float | None = None) -> None:
+        """Push the lease ``seconds`` (default: the job's lease) from now (R10).
+
+        Raises ``fairq.LeaseLost`` when the fenced update touches no row: the job was reaped,
+        re-claimed, finished or cancelled elsewhere, and this attempt should stop.
+        """
+        if seconds is not None and not seconds > 0:
+            from fairq.errors import InvalidInput
+
+            raise InvalidInput(f"lease extension must be > 0 seconds, not {seconds!r}")
+        if self.id not in self._store.extend_leases([(self.id, self.attempt)], seconds):
+            self.lease_lost = True
+            raise LeaseLost(f"job {self.id} attempt {self.attempt} is no longer ours")

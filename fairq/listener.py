@@ -1,0 +1,98 @@
+"""LISTEN/NOTIFY wake-ups on a dedicated direct connection, in its own thread (R11).
+
+The enqueue statement notifies the schema's channel with the queue name at commit. The
+listener turns those into calls of ``on_wake(queues)``; the worker then claims at once instead
+of waiting for its fallback poll. Waiting for a notification sends nothing to the server, so an
+idle worker's query rate stays bounded by its poll interval (R12). LISTEN needs a session, so
+this connection must not go through a transaction-mode pooler: it uses ``App.listen_dsn``.
+Notifications sent while we were disconnected are lost; after every (re)connect the listener
+reports all queues so the worker claims once, and the worker's fallback poll covers the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Collection
+
+import psycopg
+from psycopg import sql
+
+log = logging.getLogger("fairq.listener")
+
+ALL_QUEUES: frozenset[str] = frozenset()  # on_wake(ALL_QUEUES) means "maybe anything changed"
+
+
+class Listener:
+    """A thread holding one autocommit connection that LISTENs on ``channel``."""
+
+    def __init__(
+        self,
+        dsn: str,
+        channel: str,
+        queues: Collection[str],
+        on_wake: Callable[[frozenset[str]], None],
+        *,
+        application_name: str = "fairq-listener",
+        max_backoff: float = 30.0,
+        check_interval: float = 0.5,
+    ) -> None:
+        self.dsn = dsn
+        self.channel = channel
+        self.queues = frozenset(queues)
+        self.on_wake = on_wake
+        self.application_name = application_name[:63]
+        self.max_backoff = max_backoff
+        self.check_interval = check_interval
+        self.connected = threading.Event()  # set while LISTEN is in effect (tests wait on it)
+        self.reconnects = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="fairq-listener", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.dsn, autocommit=True,
+                                     application_name=self.application_name) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    self.connected.set()
+                    if failures:
+                        log.info("listener reconnected after %d failure(s)", failures)
+                        self.reconnects += 1
+                    failures = 0
+                    self.on_wake(ALL_QUEUES)  # anything sent while we were away is lost
+                    self._listen(conn)
+            except psycopg.Error as e:
+                self.connected.clear()
+                if self._stop.is_set():
+                    return
+                failures += 1
+                delay = min(self.max_backoff, 0.2 * 2 ** min(failures, 10))
+                delay *= random.uniform(0.5, 1.0)
+                log.warning("listener connection failed (%s); retrying in %.1fs",
+                            type(e).__name__, delay)
+                self._stop.wait(delay)
+            finally:
+                self.connected.clear()
+
+    def _listen(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        while not self._stop.is_set():
+            # A client-side wait on the socket: nothing is sent to the server. Each note is
+            # passed on as it arrives; the timeout only bounds how late stop() is seen.
+            for note in conn.notifies(timeout=self.check_interval):
+                if not self.queues or note.payload in self.queues:
+                    self.on_wake(frozenset((note.payload,)))
+                if self._stop.is_set():
+                    return

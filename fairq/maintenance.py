@@ -1,0 +1,129 @@
+"""Maintenance services every worker runs from start-up: reaper, wakers and pruner.
+
+Each service is a small object whose ``run_once()`` does one pass, so tests drive it without
+timers. ``MaintenanceSchedule`` decides when: a local timer says when this worker should *ask*,
+and ``store.maintenance_due`` (a row in ``settings``) lets exactly one asking worker per
+interval do the work, so a hundred workers do not all reap at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fairq.observe import NullObserver, WorkerObserver
+from fairq.store import Store
+
+log = logging.getLogger("fairq.maintenance")
+
+
+class Service(Protocol):
+    key: str
+    interval: float
+
+    def run_once(self) -> int:
+        """One pass; returns how many rows it changed."""
+
+
+@dataclass
+class Reaper:
+    """Expired leases back to the queue, or failed at max_attempts (R9, R19)."""
+
+    store: Store
+    interval: float = 5.0
+    observer: WorkerObserver = field(default_factory=NullObserver)
+    limit: int = 1000
+    key: str = "reap"
+
+    def run_once(self) -> int:
+        total = 0
+        while True:
+            result = self.store.reap_expired(limit=self.limit)
+            for queue in sorted(set(result.requeued) | set(result.failed)):
+                n = result.requeued.get(queue, 0) + result.failed.get(queue, 0)
+                self.observer.on_reap(queue, n)
+            total += result.total
+            if result.total < self.limit:
+                break
+        if total:
+            log.info("reaper: %d expired lease(s) returned or failed", total)
+        return total
+
+
+@dataclass
+class DueWaker:
+    """Idle tenants whose delayed jobs or retries are due become runnable again."""
+
+    store: Store
+    interval: float = 1.0
+    key: str = "wake_due"
+
+    def run_once(self) -> int:
+        return self.store.wake_due_tenants()
+
+
+@dataclass
+class StrandedWaker:
+    """Rare safety net for a tenant that went idle while a due job was committing."""
+
+    store: Store
+    interval: float = 30.0
+    key: str = "wake_stranded"
+
+    def run_once(self) -> int:
+        n = self.store.wake_stranded_tenants()
+        if n:
+            log.info("woke %d stranded tenant(s)", n)
+        return n
+
+
+@dataclass
+class Pruner:
+    """Deletes finished jobs older than ``max_age`` seconds, in batches (R13)."""
+
+    store: Store
+    max_age: float
+    interval: float = 60.0
+    key: str = "prune"
+
+    def run_once(self) -> int:
+        n = self.store.prune_finished(self.max_age)
+        if n:
+            log.info("pruner: deleted %d finished job(s) older than %ss", n, self.max_age)
+        return n
+
+
+class MaintenanceSchedule:
+    """When each service runs: at start-up, then each interval, by one worker per interval."""
+
+    def __init__(self, store: Store, services: Sequence[Service],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.services = list(services)
+        self._clock = clock
+        self._next = {s.key: clock() for s in self.services}  # everything is due at start-up
+
+    def next_due(self) -> float:
+        """Monotonic time of the next local check (inf without services)."""
+        return min(self._next.values(), default=float("inf"))
+
+    def run_due(self, *, leader_check: bool = True) -> int:
+        """Run the services whose local timer expired; returns rows changed in total.
+
+        Database errors propagate (the worker backs off and reconnects); the timer is moved on
+        first, so a failing service does not hot-loop.
+        """
+        changed = 0
+        now = self._clock()
+        for s in self.services:
+            if self._next[s.key] > now:
+                continue
+            self._next[s.key] = now + s.interval
+            # A little under the interval: our timer and the database clock need not agree.
+            if leader_check and not self.store.maintenance_due(s.key, s.interval * 0.9):
+                continue
+            changed += s.run_once()
+        return changed

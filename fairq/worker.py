@@ -1,0 +1,570 @@
+"""The worker runtime: claim under a policy, run handlers in slots, finish with fencing.
+
+One control thread (the caller of ``run()``) owns every database round trip of the loop:
+finishing completed jobs in batches, heartbeating leases, maintenance, and claiming no more
+jobs than there are free slots. Handlers run outside any transaction (R6): sync ones on slot
+threads, ``async def`` ones on one event-loop thread. A crash between a handler's return and
+its batched finish only makes the job run again after its lease expires, never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue as queue_mod
+import random
+import secrets
+import signal
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from fairq.errors import InvalidInput
+from fairq.job import Job
+from fairq.listener import Listener
+from fairq.maintenance import DueWaker, MaintenanceSchedule, Pruner, Reaper, Service, StrandedWaker
+from fairq.models import ClaimedJob
+from fairq.observe import NullObserver, WorkerObserver
+from fairq.policies import get_policy
+from fairq.store import Store
+from fairq.store.pg import channel_for
+
+if TYPE_CHECKING:
+    from fairq.app import App
+
+log = logging.getLogger("fairq.worker")
+
+MAX_ERROR_CHARS = 4000
+DEFAULT_MAX_BATCH = 10  # R5: up to 10 a round trip by default
+
+
+def describe_error(exc: BaseException) -> str:
+    """``last_error`` text: type, message and the innermost few frames of the traceback."""
+    head = f"{type(exc).__qualname__}: {exc}"
+    frames = "".join(traceback.format_tb(exc.__traceback__, limit=-5))
+    text = f"{head}\n{frames}".rstrip()
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+@dataclass
+class _Running:
+    job: Job
+    started: float  # monotonic, when handed to a slot
+    next_extend: float
+
+
+@dataclass
+class _Completion:
+    job: Job
+    error: str | None
+    run_seconds: float
+    retry_delay: float | None = None
+
+
+@dataclass
+class WorkerStats:
+    """Counts since start-up, for logs and tests (metrics go through the observer)."""
+
+    claimed: int = 0
+    done: int = 0
+    retry: int = 0
+    failed: int = 0
+    lease_lost: int = 0
+    released: int = 0
+    abandoned: int = 0
+    db_errors: int = 0
+    loops: int = 0
+    by_outcome: dict[str, int] = field(default_factory=dict)
+
+
+class Worker:
+    """Runs an app's tasks; see ``App.worker``. ``run()`` blocks until stopped (or drained)."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        concurrency: int = 8,
+        queues: Sequence[str] | None = None,
+        policy: str = "weighted",
+        batch: int | None = None,
+        poll_interval: float = 5.0,
+        listen: bool = True,
+        heartbeat_interval: float | None = None,
+        reap_interval: float = 5.0,
+        wake_interval: float = 1.0,
+        stranded_interval: float = 30.0,
+        prune_after: float | None = None,
+        prune_interval: float = 60.0,
+        grace_period: float = 30.0,
+        observer: WorkerObserver | None = None,
+        worker_id: str | None = None,
+        max_backoff: float = 30.0,
+    ) -> None:
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidInput(f"concurrency must be an integer >= 1, not {concurrency!r}")
+        if batch is not None and (not isinstance(batch, int) or batch < 1):
+            raise InvalidInput(f"batch must be an integer >= 1, not {batch!r}")
+        for label, value in (("poll_interval", poll_interval), ("reap_interval", reap_interval),
+                             ("wake_interval", wake_interval),
+                             ("stranded_interval", stranded_interval),
+                             ("prune_interval", prune_interval)):
+            if not value > 0:
+                raise InvalidInput(f"{label} must be > 0, not {value!r}")
+        if heartbeat_interval is not None and not heartbeat_interval > 0:
+            raise InvalidInput(f"heartbeat_interval must be > 0, not {heartbeat_interval!r}")
+        if not grace_period >= 0:
+            raise InvalidInput(f"grace_period must be >= 0, not {grace_period!r}")
+        if prune_after is not None and not prune_after >= 0:
+            raise InvalidInput(f"prune_after must be >= 0 seconds, not {prune_after!r}")
+        self.app = app
+        self.concurrency = concurrency
+        if queues:
+            self.queues = list(dict.fromkeys(queues))
+        else:
+            self.queues = sorted({t.queue for t in app.tasks.values()}) or ["default"]
+        self.policy = get_policy(policy)
+        self.batch = batch or DEFAULT_MAX_BATCH
+        self.poll_interval = poll_interval
+        self.listen = listen
+        self.heartbeat_interval = heartbeat_interval
+        self.grace_period = grace_period
+        self.observer: WorkerObserver = observer or NullObserver()
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.application_name = f"fairq-worker {self.worker_id}"[:63]
+        self.max_backoff = max_backoff
+        self.stats = WorkerStats()
+        self.ready = threading.Event()  # set once the loop runs (and LISTEN is in effect)
+
+        self._intervals = (reap_interval, wake_interval, stranded_interval)
+        self._prune = (prune_after, prune_interval)
+        self._store: Store | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._hard = False
+        self._hot: set[str] = set()
+        self._poll_now = True
+        self._inflight: dict[tuple[int, int], _Running] = {}
+        self._completions: list[_Completion] = []
+        self._pending: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
+        self._slots: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._listener: Listener | None = None
+        self._rotation = 0
+
+    # -- public ---------------------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        """The worker's own pool, named after the worker in ``pg_stat_activity``."""
+        if self._store is None:
+            self._store = Store(
+                self.app.dsn, self.app.schema, min_size=1, max_size=2 + min(self.concurrency, 4),
+                application_name=self.application_name, timeout=5.0,
+                prepare_threshold=getattr(self.app, "_prepare_threshold", 5),
+            )
+        return self._store
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight jobs get ``grace_period`` to finish; ``run()`` then returns."""
+        self._stopping.set()
+        self._wake.set()
+
+    def run(self, until_empty: bool = False) -> None:
+        """Work until ``stop()``, SIGTERM/SIGINT, or (``until_empty``) nothing is runnable."""
+        restore = self._install_signals()
+        log.info("worker %s: queues=%s policy=%s concurrency=%d", self.worker_id,
+                 ",".join(self.queues), self.policy.name, self.concurrency)
+        store = self.store
+        schedule = MaintenanceSchedule(store, self._services(store))
+        try:
+            self._start_threads()
+            self._run_loop(store, schedule, until_empty)
+            self._drain(store)
+        finally:
+            if not self._hard:
+                self._shutdown_threads()
+            for sig, handler in restore.items():
+                signal.signal(sig, handler)
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _services(self, store: Store) -> list[Service]:
+        reap, wake, stranded = self._intervals
+        services: list[Service] = [
+            Reaper(store, reap, self.observer),
+            DueWaker(store, wake),
+            StrandedWaker(store, stranded),
+        ]
+        max_age, prune_interval = self._prune
+        if max_age is not None:
+            services.append(Pruner(store, max_age, prune_interval))
+        return services
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous: dict[int, Any] = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, self._on_signal)
+        return previous
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._stopping.is_set():
+            log.warning("second signal %d: exiting now; leases will expire and be reaped", signum)
+            self._hard = True
+            raise SystemExit(128 + signum)
+        log.info("signal %d: stopping (in-flight jobs get %.0fs); again to exit now",
+                 signum, self.grace_period)
+        self.stop()
+
+    def _start_threads(self) -> None:
+        for i in range(self.concurrency):
+            t = threading.Thread(target=self._slot, name=f"fairq-slot-{i}", daemon=True)
+            t.start()
+            self._slots.append(t)
+        if any(t.is_async for t in self.app.tasks.values()):
+            self._loop = asyncio.new_event_loop()
+            self._loop_thread = threading.Thread(target=self._loop.run_forever,
+                                                 name="fairq-async", daemon=True)
+            self._loop_thread.start()
+        if self.listen:
+            self._listener = Listener(self.app.listen_dsn, channel_for(self.app.schema),
+                                      self.queues, self._on_notify,
+                                      application_name=f"{self.application_name} listen")
+            self._listener.start()
+
+    def _shutdown_threads(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
+        for _ in self._slots:
+            self._pending.put(None)
+        for t in self._slots:
+            t.join(timeout=1.0)
+        self._slots.clear()
+        if self._loop is not None and self._loop_thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join(timeout=1.0)
+            if not self._loop_thread.is_alive():
+                self._loop.close()
+            self._loop = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def _on_notify(self, queues: frozenset[str]) -> None:
+        with self._lock:
+            if queues:
+                self._hot |= queues
+            else:
+                self._poll_now = True
+        self._wake.set()
+
+    # -- slots ----------------------------------------------------------------------------
+    def _slot(self) -> None:
+        while True:
+            job = self._pending.get()
+            if job is None:
+                return
+            self._execute(job)
+
+    def _execute(self, job: Job) -> None:
+        task = self.app.tasks[job.task]
+        t0 = time.monotonic()
+        error: str | None = None
+        try:
+            task.fn(job)
+        except BaseException as e:  # KeyboardInterrupt/SystemExit in a handler fail the job only
+            error = describe_error(e)
+        self._complete(job, error, time.monotonic() - t0)
+
+    async def _execute_async(self, job: Job) -> None:
+        task = self.app.tasks[job.task]
+        t0 = time.monotonic()
+        error: str | None = None
+        try:
+            await task.fn(job)
+        except BaseException as e:
+            error = describe_error(e)
+        self._complete(job, error, time.monotonic() - t0)
+
+    def _complete(self, job: Job, error: str | None, seconds: float,
+                  retry_delay: float | None = None) -> None:
+        with self._lock:
+            if self._inflight.pop((job.id, job.attempt), None) is None:
+                return  # abandoned after the grace period: already handed back
+            self._completions.append(_Completion(job, error, seconds, retry_delay))
+        self._wake.set()
+
+    def _dispatch(self, store: Store, claimed: Sequence[ClaimedJob]) -> None:
+        now = time.monotonic()
+        for c in claimed:
+            job = Job.from_claim(c, store)
+            with self._lock:
+                self._inflight[(job.id, job.attempt)] = _Running(
+                    job, now, now + self._heartbeat_every(job))
+            task = self.app.tasks.get(c.task)
+            if task is None:
+                known = ", ".join(sorted(self.app.tasks)) or "nothing"
+                self._complete(job, f"unknown task {c.task!r}: this worker knows {known}", 0.0)
+            elif task.is_async and self._loop is not None:
+                asyncio.run_coroutine_threadsafe(self._execute_async(job), self._loop)
+            else:
+                self._pending.put(job)
+
+    def _heartbeat_every(self, job: Job) -> float:
+        return self.heartbeat_interval or max(0.1, job.lease_seconds / 3.0)
+
+    # -- the loop -------------------------------------------------------------------------
+    def _run_loop(self, store: Store, schedule: MaintenanceSchedule, until_empty: bool) -> None:
+        failures = 0
+        next_poll = time.monotonic()
+        while not self._stopping.is_set():
+            self._wake.clear()
+            self.stats.loops += 1
+            now = time.monotonic()
+            with self._lock:
+                poll = self._poll_now or now >= next_poll or (until_empty and not self._inflight)
+                self._poll_now = False
+                busy = bool(self._inflight or self._hot)
+            try:
+                self._finish_completions(store)
+                self._heartbeat(store, now)
+                if (busy or poll) and schedule.run_due():
+                    poll = True  # reaped or woken: there may be work now
+                claimed = self._claim_round(store, poll)
+                if poll:
+                    next_poll = time.monotonic() + self.poll_interval
+                if until_empty and self._drained(store, claimed, poll):
+                    log.info("worker %s: nothing runnable and nothing running; done",
+                             self.worker_id)
+                    return
+                failures = 0
+                self.observer.on_loop(True)
+            except (psycopg.Error, PoolTimeout) as e:
+                failures += 1
+                self.stats.db_errors += 1
+                self.observer.on_loop(False)
+                delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 12))
+                delay *= random.uniform(0.5, 1.0)
+                if isinstance(e, psycopg.OperationalError | PoolTimeout):
+                    log.warning("database unavailable (%s: %s); retrying in %.2fs",
+                                type(e).__name__, str(e).strip()[:200], delay)
+                else:
+                    log.exception("database error; retrying in %.2fs", delay)
+                with self._lock:
+                    self._poll_now = True
+                self._stopping.wait(delay)
+                continue
+            if self.listen and not self.ready.is_set():
+                if self._listener is None or self._listener.connected.is_set():
+                    self.ready.set()
+            elif not self.listen:
+                self.ready.set()
+            self._wait(schedule, next_poll)
+
+    def _wait(self, schedule: MaintenanceSchedule, next_poll: float) -> None:
+        with self._lock:
+            free = self.concurrency - len(self._inflight)
+            if (self._hot and free > 0) or self._completions or self._poll_now:
+                return
+            deadlines = [next_poll]
+            if self._inflight:
+                deadlines.append(min(r.next_extend for r in self._inflight.values()))
+                deadlines.append(schedule.next_due())
+        if self.listen and not self.ready.is_set():
+            deadlines.append(time.monotonic() + 0.05)  # until LISTEN is in effect
+        timeout = max(0.0, min(deadlines) - time.monotonic())
+        self._wake.wait(timeout)
+
+    def _claim_round(self, store: Store, poll: bool) -> int:
+        """Claim into the free slots from hot queues (all of them on a poll); returns how many."""
+        with self._lock:
+            free = self.concurrency - len(self._inflight)
+            targets = list(self.queues) if poll else [q for q in self.queues if q in self._hot]
+        if free <= 0 or not targets:
+            return 0
+        k = self._rotation % len(targets)
+        self._rotation += 1
+        total = 0
+        for q in targets[k:] + targets[:k]:
+            if free <= 0:
+                break
+            want = min(free, self.batch)
+            t0 = time.perf_counter()
+            try:
+                jobs = store.claim(self.policy, queue=q, batch=want, worker=self.worker_id)
+            except (psycopg.Error, PoolTimeout):
+                self.observer.on_claim(q, self.policy.name, "error", time.perf_counter() - t0, [])
+                raise
+            self.observer.on_claim(q, self.policy.name, "claimed" if jobs else "empty",
+                                   time.perf_counter() - t0, jobs)
+            with self._lock:
+                if len(jobs) >= want:
+                    self._hot.add(q)  # a full batch: there is probably more
+                else:
+                    self._hot.discard(q)
+            if jobs:
+                self.stats.claimed += len(jobs)
+                self._dispatch(store, jobs)
+                free -= len(jobs)
+                total += len(jobs)
+        return total
+
+    def _drained(self, store: Store, claimed: int, poll: bool) -> bool:
+        with self._lock:
+            if claimed or not poll or self._inflight or self._completions:
+                return False
+        if not store.runnable_exists(self.queues):
+            return True
+        # Due jobs exist but no claim returned them: wake idle tenants once and look again.
+        # What still cannot be claimed is held back by caps (paused, or busy elsewhere).
+        store.wake_due_tenants()
+        store.wake_stranded_tenants()
+        if self._claim_round(store, True):
+            return False
+        log.info("worker %s: runnable jobs remain but none may be claimed under the tenants' caps",
+                 self.worker_id)
+        return True
+
+    def _finish_completions(self, store: Store) -> None:
+        with self._lock:
+            batch, self._completions = self._completions, []
+        if not batch:
+            return
+        try:
+            self._finish(store, batch)
+        except BaseException:
+            with self._lock:  # not written: keep them for the next try (fenced, so idempotent)
+                self._completions[:0] = batch
+            raise
+
+    def _finish(self, store: Store, batch: list[_Completion]) -> None:
+        done = [c for c in batch if c.error is None]
+        failed = [c for c in batch if c.error is not None]
+        outcomes: dict[tuple[int, int], str] = {}
+        if done:
+            ok = {f.id for f in store.finish_done([(c.job.id, c.job.attempt) for c in done])}
+            for c in done:
+                outcomes[(c.job.id, c.job.attempt)] = "done" if c.job.id in ok else "lease_lost"
+        if failed:
+            rows = store.finish_failed([(c.job.id, c.job.attempt, c.error or "", c.retry_delay)
+                                        for c in failed])
+            status = {f.id: f.status for f in rows}
+            for c in failed:
+                s = status.get(c.job.id)
+                outcomes[(c.job.id, c.job.attempt)] = (
+                    "lease_lost" if s is None else "retry" if s == "queued" else "failed")
+        for c in batch:
+            outcome = outcomes[(c.job.id, c.job.attempt)]
+            self._count(outcome)
+            if outcome == "lease_lost":
+                c.job.lease_lost = True
+                log.warning("job %d attempt %d: lease lost before finishing (%s); nothing changed",
+                            c.job.id, c.job.attempt, "done" if c.error is None else "failed")
+            elif outcome == "failed":
+                log.warning("job %d failed for good after %d attempt(s): %s", c.job.id,
+                            c.job.attempt, (c.error or "").splitlines()[0])
+            self.observer.on_finish(c.job.claimed, outcome, c.run_seconds)
+        with self._lock:  # their tenants' slots are free again: worth a claim
+            self._hot.update(c.job.queue for c in batch)
+
+    def _count(self, outcome: str) -> None:
+        s = self.stats
+        s.by_outcome[outcome] = s.by_outcome.get(outcome, 0) + 1
+        if outcome == "done":
+            s.done += 1
+        elif outcome == "retry":
+            s.retry += 1
+        elif outcome == "failed":
+            s.failed += 1
+        elif outcome == "lease_lost":
+            s.lease_lost += 1
+
+    def _heartbeat(self, store: Store, now: float) -> None:
+        with self._lock:
+            due = [r for r in self._inflight.values() if r.next_extend <= now]
+        if not due:
+            return
+        ours = store.extend_leases([(r.job.id, r.job.attempt) for r in due])
+        for r in due:
+            r.next_extend = now + self._heartbeat_every(r.job)
+            if r.job.id not in ours and not r.job.lease_lost:
+                r.job.lease_lost = True
+                log.warning("job %d attempt %d: lease lost while running (reaped, re-claimed or "
+                            "cancelled elsewhere)", r.job.id, r.job.attempt)
+
+    # -- shutdown -------------------------------------------------------------------------
+    def _drain(self, store: Store) -> None:
+        """Graceful stop: hand back unstarted jobs, let in-flight ones finish within grace."""
+        deadline = time.monotonic() + self.grace_period
+        unstarted: list[Job] = []
+        while True:
+            try:
+                job = self._pending.get_nowait()
+            except queue_mod.Empty:
+                break
+            if job is not None:
+                unstarted.append(job)
+        with self._lock:
+            for job in unstarted:
+                self._inflight.pop((job.id, job.attempt), None)
+        if unstarted:
+            self._retry_until(deadline, lambda: self._release(store, unstarted))
+        while True:
+            self._retry_until(deadline, lambda: self._finish_and_heartbeat(store))
+            with self._lock:
+                if not self._inflight and not self._completions:
+                    return
+                next_hb = min((r.next_extend for r in self._inflight.values()),
+                              default=deadline)
+            if time.monotonic() >= deadline:
+                break
+            self._wake.clear()
+            self._wake.wait(max(0.0, min(deadline, next_hb) - time.monotonic()))
+        with self._lock:
+            left = list(self._inflight.values())
+            self._inflight.clear()
+        if left:
+            log.warning("grace period of %.0fs over: handing back %d running job(s)",
+                        self.grace_period, len(left))
+            self.stats.abandoned += len(left)
+            err = (f"worker {self.worker_id} stopped: "
+                   f"grace period of {self.grace_period:g}s exceeded")
+            with self._lock:
+                self._completions.extend(_Completion(r.job, err, time.monotonic() - r.started, 0.0)
+                                         for r in left)
+            self._retry_until(time.monotonic() + 5.0, lambda: self._finish_completions(store))
+
+    def _finish_and_heartbeat(self, store: Store) -> None:
+        self._finish_completions(store)
+        self._heartbeat(store, time.monotonic())
+
+    def _release(self, store: Store, jobs: list[Job]) -> None:
+        released = store.release_unstarted([(j.id, j.attempt) for j in jobs])
+        self.stats.released += len(released)
+        log.info("handed back %d claimed job(s) that had not started", len(released))
+
+    def _retry_until(self, deadline: float, action: Callable[[], None]) -> None:
+        """Run ``action`` until it succeeds or ``deadline`` passes (database errors only)."""
+        failures = 0
+        while True:
+            try:
+                action()
+                return
+            except (psycopg.Error, PoolTimeout) as e:
+                failures += 1
+                if time.monotonic() >= deadline:
+                    log.warning("giving up during shutdown (%s); leases will expire", e)
+                    return
+                time.sleep(min(1.0, 0.05 * 2 ** failures))
