@@ -1,0 +1,181 @@
+"""Migrations: round trips, no drift from ``fairq/schema.py``, concurrency, schema names."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, pool
+
+import fairq
+from fairq import migrate
+from fairq.config import sqlalchemy_url
+from fairq.schema import JOBS_STORAGE, build_metadata
+
+TABLES = {"alembic_version", "jobs", "settings", "tenant_schedule", "tenants"}
+BAD_SCHEMAS = ['a"b', "Robert'); DROP TABLE jobs; --", "UPPER", "1abc", "x" * 64, "a b", "é"]
+
+
+def tables(dsn: str, schema: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+def schemas(dsn: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        return {r[0] for r in conn.execute("SELECT nspname FROM pg_namespace").fetchall()}
+
+
+def drift(dsn: str, schema: str) -> list[Any]:
+    """Alembic's autogenerate diff between the database and ``build_metadata(schema)``."""
+
+    def ours(name: str | None, type_: str, parent: Any) -> bool:
+        if type_ == "schema":
+            return name == schema
+        return not (type_ == "table" and name == "alembic_version")
+
+    engine = create_engine(sqlalchemy_url(dsn), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            ctx = MigrationContext.configure(conn, opts={
+                "include_schemas": True,
+                "include_name": ours,
+                "compare_type": True,
+                "compare_server_default": True,
+            })
+            return list(compare_metadata(ctx, build_metadata(schema)))
+    finally:
+        engine.dispose()
+
+
+def reloptions(dsn: str, schema: str, table: str) -> dict[str, str]:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s", (schema, table)
+        ).fetchone()
+    assert row is not None
+    return dict(opt.split("=", 1) for opt in (row[0] or []))
+
+
+def test_upgrade_downgrade_upgrade_round_trip(empty_dsn: str) -> None:
+    migrate.upgrade(empty_dsn, "fairq")
+    assert tables(empty_dsn, "fairq") == TABLES
+    migrate.downgrade(empty_dsn, "fairq")
+    assert tables(empty_dsn, "fairq") <= {"alembic_version"}
+    migrate.upgrade(empty_dsn, "fairq")
+    assert tables(empty_dsn, "fairq") == TABLES
+    assert drift(empty_dsn, "fairq") == []
+
+
+def test_upgrade_is_idempotent(empty_dsn: str) -> None:
+    migrate.upgrade(empty_dsn, "fairq")
+    migrate.upgrade(empty_dsn, "fairq")
+    with psycopg.connect(empty_dsn) as conn:
+        versions = conn.execute("SELECT version_num FROM fairq.alembic_version").fetchall()
+    assert len(versions) == 1
+
+
+def test_migrated_schema_has_no_autogenerate_diff_from_metadata(dsn: str) -> None:
+    assert drift(dsn, "fairq") == []
+
+
+def test_drift_check_would_notice_a_difference(dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute("DROP INDEX fairq.jobs_lease_idx")
+    assert drift(dsn, "fairq") != []
+
+
+def test_jobs_table_storage_parameters(dsn: str) -> None:
+    assert reloptions(dsn, "fairq", "jobs") == JOBS_STORAGE
+
+
+def test_metadata_create_all_matches_the_migration(empty_dsn: str) -> None:
+    """create_all (used by tools and tests) builds the same tables, storage parameters included."""
+    engine = create_engine(sqlalchemy_url(empty_dsn), poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql('CREATE SCHEMA "fairq_md"')
+            build_metadata("fairq_md").create_all(conn)
+    finally:
+        engine.dispose()
+    assert reloptions(empty_dsn, "fairq_md", "jobs") == JOBS_STORAGE
+    assert drift(empty_dsn, "fairq_md") == []
+
+
+def test_concurrent_migrations_from_many_processes_all_succeed(empty_dsn: str) -> None:
+    """Two `fairq migrate` commands and two App.migrate() callers start at the same moment."""
+    code = "import sys, fairq; fairq.App(sys.argv[1]).migrate()"
+    commands = [[sys.executable, "-m", "fairq", "--dsn", empty_dsn, "migrate"]] * 2 + [
+        [sys.executable, "-c", code, empty_dsn]] * 2
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for c in commands]
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+    assert tables(empty_dsn, "fairq") == TABLES
+    with psycopg.connect(empty_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM fairq.alembic_version").fetchone() == (1,)
+    assert drift(empty_dsn, "fairq") == []
+
+
+@pytest.mark.parametrize("bad", BAD_SCHEMAS)
+def test_odd_schema_names_are_rejected_before_touching_the_database(
+    empty_dsn: str, bad: str
+) -> None:
+    before = schemas(empty_dsn)
+    with pytest.raises(fairq.InvalidInput):
+        migrate.upgrade(empty_dsn, bad)
+    with pytest.raises(fairq.InvalidInput):
+        migrate.upgrade_sql(bad)
+    with pytest.raises(fairq.InvalidInput):
+        fairq.App(empty_dsn, schema=bad)
+    assert schemas(empty_dsn) == before
+
+
+def test_odd_schema_name_from_the_environment_is_rejected(
+    empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAIRQ_SCHEMA", 'a"b')
+    with pytest.raises(fairq.InvalidInput):
+        fairq.App(empty_dsn)
+    env = dict(os.environ, FAIRQ_SCHEMA="Robert'); DROP")
+    proc = subprocess.run([sys.executable, "-m", "fairq", "--dsn", empty_dsn, "migrate"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_second_schema_lives_beside_fairq_in_one_database(dsn: str) -> None:
+    migrate.upgrade(dsn, "tenant_q2")
+    assert tables(dsn, "tenant_q2") == TABLES
+    assert drift(dsn, "tenant_q2") == []
+    with fairq.App(dsn) as main, fairq.App(dsn, schema="tenant_q2") as q2:
+        a = main.enqueue("t.main", tenant="acme")
+        b = q2.enqueue("t.q2", tenant="globex")
+        q2.tenants.set("globex", weight=5)
+        info_a, info_b = main.job(a), q2.job(b)
+        assert info_a is not None and info_a.task == "t.main"
+        assert info_b is not None and info_b.task == "t.q2"
+        assert [t.tenant for t in main.tenants.list()] == ["acme"]
+        assert [t.tenant for t in q2.tenants.list()] == ["globex"]
+    # Removing one queue's schema leaves the other alone.
+    migrate.downgrade(dsn, "tenant_q2")
+    assert tables(dsn, "tenant_q2") <= {"alembic_version"}
+    assert tables(dsn, "fairq") == TABLES
+    assert drift(dsn, "fairq") == []
+
+
+def test_upgrade_sql_names_the_schema_and_creates_tables() -> None:
+    text = migrate.upgrade_sql("tenant_q2")
+    assert "CREATE TABLE tenant_q2.jobs" in text or 'CREATE TABLE "tenant_q2".jobs' in text
+    assert "fillfactor" in text
