@@ -304,7 +304,8 @@ def test_stats_table_and_json(capsys: pytest.CaptureFixture[str], dsn: str) -> N
         conn.execute("""
             UPDATE fairq.jobs SET status = 'done', started_at = now() - interval '1 hour',
                    finished_at = now() - interval '1 hour'
-            WHERE id = (SELECT max(id) FROM fairq.jobs WHERE tenant = 'globex' AND run_at <= now())""")
+            WHERE id = (SELECT max(id) FROM fairq.jobs
+                        WHERE tenant = 'globex' AND run_at <= now())""")
         conn.execute("UPDATE fairq.jobs SET run_at = now() - interval '90 seconds' "
                      "WHERE status = 'queued' AND tenant = 'acme'")
 
@@ -349,7 +350,8 @@ def test_worker_target_must_name_an_app(
     (tmp_path / "noapp_mod.py").write_text("x = 1\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    for target in ("noapp_mod", "noapp_mod:x", "noapp_mod:missing", "no_such_module_xyz:app", ":app"):
+    targets = ("noapp_mod", "noapp_mod:x", "noapp_mod:missing", "no_such_module_xyz:app", ":app")
+    for target in targets:
         code, _, err = run(capsys, "--dsn", dsn, "worker", target)
         assert code == 2, (target, err)
         one_line(err)
