@@ -1,8 +1,9 @@
 """A tiny worker process for the lifecycle tests (kill -9, SIGTERM) and the throughput figure.
 
 Usage: worker_proc.py DSN [--concurrency N] [--policy P] [--until-empty] [--grace S]
-Tasks: ``noop``; ``sleepy`` (payload ``{"seconds": S, "mark": PATH}``: writes PATH + ".started",
-sleeps, then writes PATH + ".done"). Prints ``READY`` once its loop runs and LISTEN is in effect.
+Tasks: ``noop``; ``sleepy`` (payload ``{"seconds": S, "mark": PATH, "sleep_attempts": [1]}``:
+writes PATH.started.N, sleeps on the listed attempts (all by default), then writes PATH.done.N).
+Prints ``READY`` once its loop runs and LISTEN is in effect.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def build_app(dsn: str) -> fairq.App:
         mark = job.payload.get("mark")
         if mark:
             Path(f"{mark}.started.{job.attempt}").write_text(str(job.attempt))
-        time.sleep(float(job.payload.get("seconds", 1.0)))
+        if job.attempt in job.payload.get("sleep_attempts", [job.attempt]):
+            time.sleep(float(job.payload.get("seconds", 1.0)))
         if mark:
             Path(f"{mark}.done.{job.attempt}").write_text(str(job.attempt))
 
