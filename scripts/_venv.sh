@@ -27,10 +27,9 @@ ensure_venv() {
         "$python" -m venv "$VENV"
     fi
     stamp="$VENV/.fairq-installed-${extras//,/-}"
-    want="$(cat "$FAIRQ_ROOT/pyproject.toml" | sha256sum | cut -c1-16)"
+    want="$(sha256sum <"$FAIRQ_ROOT/pyproject.toml" | cut -c1-16)"
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
         echo "installing fairq[$extras] into $VENV (quietly; takes a minute the first time)" >&2
-        "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >&2
         "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
             -e "$FAIRQ_ROOT[$extras]" >&2
         echo "$want" >"$stamp"
