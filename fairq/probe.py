@@ -125,7 +125,10 @@ class ClaimProbe:
         """
         owners: dict[str, str] = {}
         for p in self.policies:
-            owners.setdefault(p.statement, p.name)
+            # A policy may run a second statement when the first comes back short.
+            for statement in (p.statement, getattr(p, "fallback", None)):
+                if statement and statement in sql.names():
+                    owners.setdefault(statement, p.name)
         return owners
 
     # -- connection and source ----------------------------------------------------------------
