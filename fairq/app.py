@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
@@ -70,7 +71,7 @@ class Tenants:
     def list(self) -> list[TenantConfig]:
         return self._app.store.list_tenants()
 
-    def apply(self, source: str | Any) -> list[TenantConfig]:
+    def apply(self, source: str | Any) -> builtins.list[TenantConfig]:
         """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing."""
         from fairq.tenant_config import load_tenant_file
 

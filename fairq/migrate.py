@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
 
+from alembic import command
 from fairq.config import resolve_schema
 
 

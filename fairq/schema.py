@@ -133,7 +133,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     )
     # Storage parameters are not part of SQLAlchemy's Table options; the migration sets them and
     # metadata.create_all (tests, tools) gets the same through this DDL hook.
-    event.listen(jobs, "after_create", DDL(jobs_storage_ddl(schema)))
+    event.listen(jobs, "after_create", DDL(jobs_storage_ddl(schema)))  # type: ignore[no-untyped-call]
 
     # Operators' explicit per-tenant configuration (fairq tenants set/apply).
     Table(

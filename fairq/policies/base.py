@@ -17,6 +17,8 @@ class Policy:
 
     name: str
     statement: str
+    # Run for the rest of the batch when ``statement`` comes back short (None: never).
+    fallback: str | None = None
     params: tuple[tuple[str, Any], ...] = ()
     description: str = ""
 

@@ -16,13 +16,14 @@ of the algorithm:
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
 from fairq.policies.base import Policy
 
 
-@dataclass
+@dataclass(eq=False)
 class ModelJob:
     id: int
     tenant: str
@@ -53,6 +54,7 @@ class QueueModel:
     tenants: dict[str, ModelTenant] = field(default_factory=dict)
     queued: dict[int, ModelJob] = field(default_factory=dict)
     running: dict[int, ModelJob] = field(default_factory=dict)
+    by_tenant: dict[str, list[ModelJob]] = field(default_factory=dict)
 
     # -- helpers -------------------------------------------------------------------------
     def _runnable(self) -> list[ModelTenant]:
@@ -62,9 +64,23 @@ class QueueModel:
         runnable = self._runnable()
         return min(t.vtime for t in runnable) if runnable else None
 
-    def _due(self, tenant: str, now: float) -> list[ModelJob]:
-        jobs = [j for j in self.queued.values() if j.tenant == tenant and j.run_at <= now]
-        return sorted(jobs, key=ModelJob.order_key)
+    def _due(self, tenant: str, now: float, limit: int | None = None) -> list[ModelJob]:
+        due: list[ModelJob] = []
+        for j in self.by_tenant.get(tenant, []):
+            if limit is not None and len(due) >= limit:
+                break
+            if j.run_at <= now:
+                due.append(j)
+        return due
+
+    def _push(self, job: ModelJob) -> None:
+        self.queued[job.id] = job
+        bisect.insort(self.by_tenant.setdefault(job.tenant, []), job, key=ModelJob.order_key)
+
+    def _pop(self, job_id: int) -> ModelJob:
+        job = self.queued.pop(job_id)
+        self.by_tenant[job.tenant].remove(job)
+        return job
 
     # -- operations ----------------------------------------------------------------------
     def enqueue(self, job: ModelJob, now: float, weight: float = 1.0, max_running: int = 10) -> None:
@@ -82,7 +98,7 @@ class QueueModel:
                 t.vtime = max(t.vtime, vnow if vnow is not None else t.vtime)
             elif t.wake_at is None or job.run_at < t.wake_at:
                 t.wake_at = job.run_at
-        self.queued[job.id] = job
+        self._push(job)
 
     def wake_due(self, now: float) -> None:
         """Mirror of ``wake_due_tenants`` (maintenance)."""
@@ -110,7 +126,7 @@ class QueueModel:
             if t.running < t.max_running:
                 t.running += 1
                 claimed.append(j.id)
-                self.running[j.id] = self.queued.pop(j.id)
+                self.running[j.id] = self._pop(j.id)
         return claimed
 
     def _claim_fair(self, policy: Policy, batch: int, now: float) -> list[int]:
@@ -123,7 +139,7 @@ class QueueModel:
                 break
             share = math.ceil(batch * (t.weight if by_weight else 1.0) / total)
             limit = min(t.max_running - t.running, batch, share)
-            for j in self._due(t.name, now)[:limit]:
+            for j in self._due(t.name, now, limit):
                 if len(picked) >= batch:
                     break
                 picked.append((ord_, t, j))
@@ -138,10 +154,10 @@ class QueueModel:
             t.running += 1
             t.vtime += policy.increment(cost=j.cost, weight=t.weight)
             claimed.append(j.id)
-            self.running[j.id] = self.queued.pop(j.id)
+            self.running[j.id] = self._pop(j.id)
         for t in empties:
             t.active = False
-            pending = [j.run_at for j in self.queued.values() if j.tenant == t.name]
+            pending = [j.run_at for j in self.by_tenant.get(t.name, [])]
             t.wake_at = min(pending) if pending else None
         return claimed
 
@@ -156,7 +172,7 @@ class QueueModel:
         t = self.tenants[job.tenant]
         t.running -= 1
         job.run_at = run_at
-        self.queued[job_id] = job
+        self._push(job)
         if not t.active and (t.wake_at is None or run_at < t.wake_at):
             t.wake_at = run_at
 

@@ -11,6 +11,80 @@
 -- name: claim_fair
 -- Weighted fair queueing over tenants by virtual time. Parameters: by_weight, by_cost
 -- (round_robin: false/false; weighted: true/false; drr: true/true), tenant_scan.
+-- Tenants whose schedule row another claimer holds right now are skipped (they are being
+-- served), so concurrent claimers spread over tenants instead of queueing on the same rows.
+-- If this comes back short, the store runs claim_fair_wait for the rest of the batch.
+WITH cand AS MATERIALIZED (
+    SELECT ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running AS room
+    FROM {schema}.tenant_schedule ts
+    WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
+    ORDER BY ts.vtime, ts.tenant
+    LIMIT %(batch)s
+    FOR UPDATE OF ts SKIP LOCKED
+),
+share AS (
+    SELECT sum(CASE WHEN %(by_weight)s THEN c.weight ELSE 1.0 END) AS total FROM cand c
+),
+-- We hold these tenants' rows, so room is exact: no cap re-check is needed below.
+picked AS MATERIALIZED (
+    SELECT j.id, c.tenant, c.weight, j.cost, j.priority, j.run_at
+    FROM cand c CROSS JOIN share s
+    CROSS JOIN LATERAL (
+        SELECT q.id, q.cost, q.priority, q.run_at
+        FROM {schema}.jobs q
+        WHERE q.queue = %(queue)s AND q.tenant = c.tenant
+          AND q.status = 'queued' AND q.run_at <= now()
+        ORDER BY q.priority DESC, q.run_at, q.id
+        LIMIT least(c.room, %(batch)s,
+                    ceil(%(batch)s * (CASE WHEN %(by_weight)s THEN c.weight ELSE 1.0 END)
+                         / s.total)::int)
+        FOR UPDATE OF q SKIP LOCKED
+    ) j
+    LIMIT %(batch)s
+),
+per_tenant AS (
+    SELECT p.tenant, count(*) AS n,
+           sum((CASE WHEN %(by_cost)s THEN p.cost ELSE 1.0 END)
+               / (CASE WHEN %(by_weight)s THEN p.weight ELSE 1.0 END)) AS inc
+    FROM picked p GROUP BY p.tenant
+),
+-- Tenants that gave nothing and have no due job at all (ignoring locks) leave the runnable
+-- index until an enqueue or their wake_at.
+empties AS (
+    SELECT c.tenant FROM cand c
+    WHERE NOT EXISTS (SELECT 1 FROM picked p WHERE p.tenant = c.tenant)
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.jobs q
+          WHERE q.queue = %(queue)s AND q.tenant = c.tenant
+            AND q.status = 'queued' AND q.run_at <= now())
+),
+upd_tenants AS (
+    UPDATE {schema}.tenant_schedule ts
+    SET running = ts.running + coalesce(pt.n, 0),
+        claimed_total = ts.claimed_total + coalesce(pt.n, 0),
+        vtime = ts.vtime + coalesce(pt.inc, 0),
+        last_served_at = CASE WHEN pt.n > 0 THEN now() ELSE ts.last_served_at END,
+        active = coalesce(pt.n, 0) > 0,
+        wake_at = CASE WHEN coalesce(pt.n, 0) > 0 THEN ts.wake_at ELSE (
+            SELECT min(q.run_at) FROM {schema}.jobs q
+            WHERE q.queue = ts.queue AND q.tenant = ts.tenant AND q.status = 'queued') END
+    FROM cand c LEFT JOIN per_tenant pt ON pt.tenant = c.tenant
+    WHERE ts.queue = %(queue)s AND ts.tenant = c.tenant
+      AND (pt.n > 0 OR c.tenant IN (SELECT e.tenant FROM empties e))
+    RETURNING ts.tenant
+)
+UPDATE {schema}.jobs j
+SET status = 'running', attempts = j.attempts + 1, started_at = now(),
+    locked_until = now() + make_interval(secs => j.lease_seconds), locked_by = %(worker)s
+FROM picked p
+WHERE j.id = p.id
+RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
+          j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until;
+
+-- name: claim_fair_wait
+-- The fallback of claim_fair when it came back short because other claimers held the tenants'
+-- rows: the same choice, but it waits for those rows instead of skipping them, so a claim
+-- returns work whenever work is runnable (one busy tenant, many workers). Same parameters.
 WITH cand AS MATERIALIZED (
     SELECT ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running AS room,
            row_number() OVER (ORDER BY ts.vtime, ts.tenant) AS ord

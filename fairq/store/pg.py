@@ -171,6 +171,13 @@ class Store:
         with self._tx() as cur:
             cur.execute(self.q(policy.statement), params)
             rows = cur.fetchall()
+        if len(rows) < batch and policy.fallback is not None:
+            # Short: other claimers may hold the runnable tenants' rows. Wait for them rather
+            # than return less work than is runnable (work conservation).
+            params["batch"] = batch - len(rows)
+            with self._tx() as cur:
+                cur.execute(self.q(policy.fallback), params)
+                rows.extend(cur.fetchall())
         return [_claimed(r) for r in rows]
 
     def finish_done(self, done: Sequence[tuple[int, int]]) -> list[FinishedJob]:
