@@ -51,6 +51,8 @@ WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
                 120.0, 300.0, 600.0, 1800.0, 3600.0)
 RUN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                300.0, 900.0, 3600.0)
+OUTCOMES = ("done", "retry", "failed", "lease_lost")
+RESULTS = ("claimed", "empty", "error")
 CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -190,7 +192,11 @@ class PrometheusObserver:
             self._leases.setdefault(queue, 0.0)  # the series exists from the first claim on
             h = self._claim.get((queue, policy, result))
             if h is None:
-                h = self._claim[(queue, policy, result)] = Hist(CLAIM_BUCKETS)
+                # Every result's series exists from the first claim on: a rate of errors is 0,
+                # not absent, and ratios over results work from the start.
+                for r in RESULTS:
+                    self._claim.setdefault((queue, policy, r), Hist(CLAIM_BUCKETS))
+                h = self._claim[(queue, policy, result)]
             h.observe(seconds)
             for job in jobs:
                 wait = job.wait_seconds
@@ -207,6 +213,9 @@ class PrometheusObserver:
         with self._lock:
             tenant = self._label(job.tenant, 1.0)
             fk = (job.queue, tenant, outcome)
+            if fk not in self._finished:  # all outcomes at 0 from the first finish on
+                for o in OUTCOMES:
+                    self._finished.setdefault((job.queue, tenant, o), 0.0)
             self._finished[fk] = self._finished.get(fk, 0.0) + 1
             rk = (job.queue, tenant, job.task)
             r = self._run.get(rk)
