@@ -398,28 +398,33 @@ class Worker:
         self._rotation += 1
         total = 0
         for q in targets[k:] + targets[:k]:
-            if free <= 0:
-                break
-            want = min(free, self.batch)
-            t0 = time.perf_counter()
-            try:
-                jobs = store.claim(self.policy, queue=q, batch=want, worker=self.worker_id)
-            except (psycopg.Error, PoolTimeout):
-                self.observer.on_claim(q, self.policy.name, "error", time.perf_counter() - t0, [])
-                raise
-            self.observer.on_claim(q, self.policy.name, "claimed" if jobs else "empty",
-                                   time.perf_counter() - t0, jobs)
-            with self._lock:
-                if len(jobs) >= want:
-                    self._hot.add(q)  # a full batch: there is probably more
-                else:
-                    self._hot.discard(q)
-            if jobs:
-                self.stats.claimed += len(jobs)
-                self._dispatch(store, jobs)
-                free -= len(jobs)
-                total += len(jobs)
+            while free > 0:  # a full batch means there is probably more: fill the free slots
+                want = min(free, self.batch)
+                jobs = self._claim_one(store, q, want)
+                if jobs:
+                    self.stats.claimed += len(jobs)
+                    self._dispatch(store, jobs)
+                    free -= len(jobs)
+                    total += len(jobs)
+                if len(jobs) < want:
+                    break
         return total
+
+    def _claim_one(self, store: Store, q: str, want: int) -> list[ClaimedJob]:
+        t0 = time.perf_counter()
+        try:
+            jobs = store.claim(self.policy, queue=q, batch=want, worker=self.worker_id)
+        except (psycopg.Error, PoolTimeout):
+            self.observer.on_claim(q, self.policy.name, "error", time.perf_counter() - t0, [])
+            raise
+        self.observer.on_claim(q, self.policy.name, "claimed" if jobs else "empty",
+                               time.perf_counter() - t0, jobs)
+        with self._lock:
+            if len(jobs) >= want:
+                self._hot.add(q)
+            else:
+                self._hot.discard(q)
+        return jobs
 
     def _drained(self, store: Store, claimed: int, poll: bool) -> bool:
         with self._lock:

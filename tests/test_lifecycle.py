@@ -322,8 +322,10 @@ def test_sigterm_lets_inflight_finish(app: fairq.App, dsn: str, tmp_path: Path) 
     assert info is not None and (info.status, info.attempts) == ("done", 1)
     later_info = app.job(later)
     assert later_info is not None and (later_info.status, later_info.attempts) == ("queued", 0)
-    assert sql(dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
-                    "LIKE 'fairq-worker%%'") == [(0,)]
+    # the worker closed its sessions (backends exit asynchronously: wait for it)
+    wait_for(lambda: sql(dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                              "LIKE 'fairq-worker%%' AND datname = current_database()") == [(0,)],
+             timeout=30, what="the worker's sessions to close")
 
 
 def test_second_signal_exits_at_once(app: fairq.App, dsn: str, tmp_path: Path) -> None:
