@@ -87,7 +87,15 @@ class WorkerStats:
 
 
 class Worker:
-    """Runs an app's tasks; see ``App.worker``. ``run()`` blocks until stopped (or drained)."""
+    """Runs an app's tasks; see ``App.worker``. ``run()`` blocks until stopped (or drained).
+
+    Wake-ups and serverless databases (R11, R12): a busy worker claims as slots free up; an
+    idle one sleeps until a NOTIFY for one of its queues or its ``poll_interval``, and runs its
+    maintenance (reaper, wakers, pruner) only on those polls, so it never queries the database
+    more often than ``poll_interval``. A long interval lets a serverless database sleep, at the
+    price of delayed jobs and expired leases being noticed later; ``run(until_empty=True)``
+    drains and exits instead, for scheduled or request-triggered workers.
+    """
 
     def __init__(
         self,
@@ -234,15 +242,21 @@ class Worker:
             t.start()
             self._slots.append(t)
         if any(t.is_async for t in self.app.tasks.values()):
-            self._loop = asyncio.new_event_loop()
-            self._loop_thread = threading.Thread(target=self._loop.run_forever,
-                                                 name="fairq-async", daemon=True)
-            self._loop_thread.start()
+            self._async_loop()
         if self.listen:
             self._listener = Listener(self.app.listen_dsn, channel_for(self.app.schema),
                                       self.queues, self._on_notify,
                                       application_name=f"{self.application_name} listen")
             self._listener.start()
+
+    def _async_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop for ``async def`` handlers, started on first need."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._loop_thread = threading.Thread(target=self._loop.run_forever,
+                                                 name="fairq-async", daemon=True)
+            self._loop_thread.start()
+        return self._loop
 
     def _shutdown_threads(self) -> None:
         if self._listener is not None:
@@ -317,8 +331,8 @@ class Worker:
             if task is None:
                 known = ", ".join(sorted(self.app.tasks)) or "nothing"
                 self._complete(job, f"unknown task {c.task!r}: this worker knows {known}", 0.0)
-            elif task.is_async and self._loop is not None:
-                asyncio.run_coroutine_threadsafe(self._execute_async(job), self._loop)
+            elif task.is_async:
+                asyncio.run_coroutine_threadsafe(self._execute_async(job), self._async_loop())
             else:
                 self._pending.put(job)
 
@@ -364,6 +378,13 @@ class Worker:
                     log.exception("database error; retrying in %.2fs", delay)
                 with self._lock:
                     self._poll_now = True
+                self._stopping.wait(delay)
+                continue
+            except Exception:  # a bug (ours or an observer's) must not kill the worker either
+                failures += 1
+                self.observer.on_loop(False)
+                delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 12))
+                log.exception("worker loop error; retrying in %.2fs", delay)
                 self._stopping.wait(delay)
                 continue
             if self.listen and not self.ready.is_set():
