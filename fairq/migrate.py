@@ -52,7 +52,7 @@ def current(dsn: str, schema: str | None = None) -> str | None:
     s = resolve_schema(schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT to_regclass(format('%I.alembic_version', %s::text)) IS NOT NULL", (s,)
+            "SELECT to_regclass(%s) IS NOT NULL", (f'"{s}".alembic_version',)
         ).fetchone()
         if not row or not row[0]:
             return None

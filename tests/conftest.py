@@ -17,6 +17,7 @@ import pytest
 from psycopg import sql
 
 from fairq import migrate
+from fairq.store import Store
 
 SCHEMA = "fairq"
 
@@ -97,9 +98,7 @@ def dsn(admin_dsn: str, template_db: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def store(dsn: str) -> Iterator["Store"]:
-    from fairq.store import Store
-
+def store(dsn: str) -> Iterator[Store]:
     s = Store(dsn, SCHEMA, max_size=8)
     s.pool.wait()
     try:
@@ -107,5 +106,3 @@ def store(dsn: str) -> Iterator["Store"]:
     finally:
         s.close()
 
-
-from fairq.store import Store  # noqa: E402  (for the annotation above)

@@ -272,6 +272,10 @@ def test_default_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert default_home() == (tmp_path / "xdg" / "fairq").resolve()
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    if os.geteuid() == 0:
+        # root's server user cannot enter /root: root gets a folder that user can reach
+        assert default_home() == Path("/var/tmp/fairq-root")
+        monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert default_home() == (tmp_path / "user" / ".cache" / "fairq").resolve()
 
 

@@ -5,7 +5,8 @@ the model with the same operations and demand the same claims. It is also the cl
 of the algorithm:
 
 * fair policies keep a virtual time per tenant; a claim scans runnable tenants (active, under
-  their cap) in (vtime, tenant) order, takes from each at most its weighted share of the batch
+  their cap, and at most one batch of virtual time ahead of the queue's minimum) in
+  (vtime, tenant) order, takes from each at most its weighted share of the batch
   (and never more than its free slots), stops when the batch is full, then advances each served
   tenant's vtime by ``unit / weight`` per job (unit = 1, or the job's cost for drr);
 * a tenant found with no due job leaves the runnable set (``active`` = False) and wakes at its
@@ -130,8 +131,20 @@ class QueueModel:
         return claimed
 
     def _claim_fair(self, policy: Policy, batch: int, now: float) -> list[int]:
+        # claim_fair: the first `batch` runnable tenants; then, if short, claim_fair_wait over
+        # up to tenant_scan tenants for the rest (with one claimer nothing is ever skipped).
+        claimed = self._fair_pass(policy, batch, now, scan=batch, empties_before_last=False)
+        if len(claimed) < batch:
+            claimed += self._fair_pass(policy, batch - len(claimed), now, scan=self.tenant_scan,
+                                       empties_before_last=True)
+        return claimed
+
+    def _fair_pass(self, policy: Policy, batch: int, now: float, *, scan: int,
+                   empties_before_last: bool) -> list[int]:
         by_weight = dict(policy.params)["by_weight"]
-        cand = sorted(self._runnable(), key=lambda t: (t.vtime, t.name))[: self.tenant_scan]
+        vnow = self.virtual_now()
+        cand = sorted((t for t in self._runnable() if vnow is not None and t.vtime <= vnow + batch),
+                      key=lambda t: (t.vtime, t.name))[:scan]
         total = sum((t.weight if by_weight else 1.0) for t in cand[:batch])
         picked: list[tuple[int, ModelTenant, ModelJob]] = []
         for ord_, t in enumerate(cand, start=1):
@@ -143,18 +156,21 @@ class QueueModel:
                 if len(picked) >= batch:
                     break
                 picked.append((ord_, t, j))
-        last = max((o for o, _, _ in picked), default=self.tenant_scan + 1)
+        last = max((o for o, _, _ in picked), default=scan + 1) if empties_before_last else scan + 1
         served = {t.name for _, t, _ in picked}
         empties = [
             t for o, t in enumerate(cand, start=1)
-            if o < last and t.name not in served and not self._due(t.name, now)
+            if o < last and t.name not in served and not self._due(t.name, now, 1)
         ]
         claimed: list[int] = []
         for _, t, j in picked:
             t.running += 1
-            t.vtime += policy.increment(cost=j.cost, weight=t.weight)
             claimed.append(j.id)
             self.running[j.id] = self._pop(j.id)
+        # vtime moves by the sum of increments (the SQL sums per tenant, then adds once).
+        for t in {t.name: t for _, t, _ in picked}.values():
+            t.vtime += sum(policy.increment(cost=j.cost, weight=t.weight)
+                           for _, tt, j in picked if tt is t)
         for t in empties:
             t.active = False
             pending = [j.run_at for j in self.by_tenant.get(t.name, [])]

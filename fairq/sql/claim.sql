@@ -13,11 +13,19 @@
 -- (round_robin: false/false; weighted: true/false; drr: true/true), tenant_scan.
 -- Tenants whose schedule row another claimer holds right now are skipped (they are being
 -- served), so concurrent claimers spread over tenants instead of queueing on the same rows.
+-- Only tenants within one batch of virtual time of the queue's minimum (locked or not) are
+-- candidates: a batch is spread over tenants by weight, but never to a tenant that is already
+-- a batch ahead, and skipping a held tenant cannot let the others run away from it.
 -- If this comes back short, the store runs claim_fair_wait for the rest of the batch.
-WITH cand AS MATERIALIZED (
+WITH vmin AS (
+    SELECT min(v.vtime) AS v FROM {schema}.tenant_schedule v
+    WHERE v.queue = %(queue)s AND v.active AND v.running < v.max_running
+),
+cand AS MATERIALIZED (
     SELECT ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running AS room
     FROM {schema}.tenant_schedule ts
     WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
+      AND ts.vtime <= (SELECT vmin.v FROM vmin) + %(batch)s
     ORDER BY ts.vtime, ts.tenant
     LIMIT %(batch)s
     FOR UPDATE OF ts SKIP LOCKED
@@ -85,11 +93,16 @@ RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts
 -- The fallback of claim_fair when it came back short because other claimers held the tenants'
 -- rows: the same choice, but it waits for those rows instead of skipping them, so a claim
 -- returns work whenever work is runnable (one busy tenant, many workers). Same parameters.
-WITH cand AS MATERIALIZED (
+WITH vmin AS (
+    SELECT min(v.vtime) AS v FROM {schema}.tenant_schedule v
+    WHERE v.queue = %(queue)s AND v.active AND v.running < v.max_running
+),
+cand AS MATERIALIZED (
     SELECT ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running AS room,
            row_number() OVER (ORDER BY ts.vtime, ts.tenant) AS ord
     FROM {schema}.tenant_schedule ts
     WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
+      AND ts.vtime <= (SELECT vmin.v FROM vmin) + %(batch)s
     ORDER BY ts.vtime, ts.tenant
     LIMIT %(tenant_scan)s
 ),

@@ -1,0 +1,98 @@
+"""Helpers for the fair-engine tests: fill queues, claim concurrently, read scheduler state."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from fairq.models import NewJob
+from fairq.policies import get_policy
+from fairq.store import Store
+
+
+def fill(store: Store, counts: dict[str, int], *, cost: dict[str, float] | None = None,
+         interleave: bool = False, queue: str = "default") -> list[int]:
+    """Enqueue counts[t] jobs per tenant (tenant by tenant, or interleaved)."""
+    jobs: list[NewJob] = []
+    if interleave:
+        for i in range(max(counts.values())):
+            jobs += [NewJob("t", t, "{}", queue=queue, cost=(cost or {}).get(t, 1.0))
+                     for t, n in counts.items() if i < n]
+    else:
+        for t, n in counts.items():
+            jobs += [NewJob("t", t, "{}", queue=queue, cost=(cost or {}).get(t, 1.0))] * n
+    return store.enqueue(jobs)
+
+
+def sql_rows(dsn: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+def running_mismatch(dsn: str) -> list[tuple[Any, ...]]:
+    """(queue, tenant, schedule count, real count) where the running count is wrong."""
+    return sql_rows(dsn, """
+        SELECT ts.queue, ts.tenant, ts.running, coalesce(r.n, 0)
+        FROM fairq.tenant_schedule ts
+        LEFT JOIN (SELECT queue, tenant, count(*) n FROM fairq.jobs WHERE status = 'running'
+                   GROUP BY 1, 2) r USING (queue, tenant)
+        WHERE ts.running <> coalesce(r.n, 0)""")
+
+
+@dataclass
+class DrainResult:
+    order: list[str] = field(default_factory=list)   # tenant of each claimed job, claim order
+    attempts: int = 0                                  # claim calls
+    empty_while_work: int = 0                          # empty claims while >= workers*batch jobs left
+    errors: list[str] = field(default_factory=list)
+
+
+def drain_concurrently(store: Store, policy: str, *, workers: int, batch: int, total: int,
+                       stop_after: int | None = None, finish: bool = True) -> DrainResult:
+    """`workers` threads claim (and finish at once) until `total` (or `stop_after`) jobs."""
+    pol = get_policy(policy)
+    res = DrainResult()
+    lock = threading.Lock()
+    target = stop_after or total
+    start = threading.Barrier(workers)
+
+    def work(n: int) -> None:
+        start.wait()
+        while True:
+            with lock:
+                if len(res.order) >= target:
+                    return
+            try:
+                got = store.claim(pol, queue="default", batch=batch, worker=f"w{n}")
+                if finish and got:
+                    store.finish_done([(j.id, j.attempts) for j in got])
+            except Exception as exc:  # recorded: the test asserts there were none
+                with lock:
+                    res.errors.append(f"{type(exc).__name__}: {exc}")
+                return
+            with lock:
+                res.attempts += 1
+                if not got and total - len(res.order) >= workers * batch:
+                    res.empty_while_work += 1
+                res.order.extend(j.tenant for j in got)
+                if not got and len(res.order) >= total:
+                    return
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return res
+
+
+def counts(order: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in order:
+        out[t] = out.get(t, 0) + 1
+    return out
