@@ -465,3 +465,27 @@ def test_worker_survives_terminated_connections(app: fairq.App, dsn: str) -> Non
     w.stop()
     th.join(20)
     assert th is not None and not th.is_alive()
+
+
+def test_listener_relistens_after_reconnect(app: fairq.App, dsn: str) -> None:
+    done = threading.Semaphore(0)
+
+    @app.task(name="t")
+    def t(job: fairq.Job) -> None:
+        done.release()
+
+    w = app.worker(policy=POLICY, poll_interval=3600)  # only NOTIFY can bring the job in time
+    th = start(w)
+    listener = w._listener
+    assert listener is not None
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                  "WHERE application_name = %s", (listener.application_name,))
+    deadline = time.monotonic() + 60
+    while not (listener.reconnects >= 1 and listener.connected.is_set()):
+        assert time.monotonic() < deadline, "the listener did not reconnect"
+        time.sleep(0.05)
+    t.enqueue(tenant="a")
+    assert done.acquire(timeout=60), "no wake-up after the listener reconnected"
+    w.stop()
+    th.join(20)
