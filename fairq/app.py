@@ -14,6 +14,7 @@ from fairq import validation as v
 from fairq.config import resolve_dsn, resolve_schema
 from fairq.errors import InvalidInput
 from fairq.models import JobInfo, NewJob, TenantConfig
+from fairq.observe import NullObserver, WorkerObserver
 from fairq.store import Store
 
 if TYPE_CHECKING:
@@ -96,8 +97,12 @@ class App:
         listen_dsn: str | None = None,
         pool_size: int = 4,
         prepare_threshold: int | None = 5,
+        observer: WorkerObserver | None = None,
     ) -> None:
         self.schema = resolve_schema(schema)
+        # Sees every enqueue made through this app (fairq_jobs_enqueued_total). A job enqueued
+        # with connection= is counted when the call returns, even if that transaction rolls back.
+        self.observer: WorkerObserver = observer or NullObserver()
         self._dsn = dsn
         self._listen_dsn = listen_dsn
         self._pool_size = pool_size
@@ -210,7 +215,9 @@ class App:
         """Enqueue one job; with ``connection=`` it commits or rolls back with that transaction."""
         job = self._new_job(task, tenant, payload, run_at=run_at, delay=delay, priority=priority,
                             cost=cost, queue=queue, max_attempts=max_attempts, lease=lease)
-        return self.store.enqueue([job], connection=connection)[0]
+        job_id = self.store.enqueue([job], connection=connection)[0]
+        self.observer.on_enqueue(job.queue, job.tenant, 1)
+        return job_id
 
     def enqueue_many(
         self,
@@ -232,7 +239,13 @@ class App:
         ]
         if not jobs:
             return []
-        return self.store.enqueue(jobs, connection=connection)
+        ids = self.store.enqueue(jobs, connection=connection)
+        per: dict[tuple[str, str], int] = {}
+        for j in jobs:
+            per[(j.queue, j.tenant)] = per.get((j.queue, j.tenant), 0) + 1
+        for (q, t), n in per.items():
+            self.observer.on_enqueue(q, t, n)
+        return ids
 
     # -- jobs ----------------------------------------------------------------------------
     def job(self, job_id: int) -> JobInfo | None:

@@ -424,4 +424,5 @@ def start_worker_metrics(app: App, *, host: str = "0.0.0.0", port: int = 0,
     """
     observer = PrometheusObserver(max_tenants=max_tenants)
     observer.serve(port, host, health=all_of(observer.loop_healthy, db_check(app.dsn)))
+    app.observer = observer  # enqueues made by this process's handlers are counted too
     return observer

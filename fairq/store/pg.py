@@ -48,8 +48,13 @@ def connection_for(obj: Any) -> psycopg.Connection[Any]:
     if isinstance(obj, psycopg.Connection):
         return obj
     get_conn = getattr(obj, "connection", None)
-    if callable(get_conn):  # SQLAlchemy Session: .connection() -> Connection
+    if callable(get_conn):  # SQLAlchemy Session: .connection() -> Connection (in its transaction)
         obj = get_conn()
+    in_tx = getattr(obj, "in_transaction", None)
+    if callable(in_tx) and not in_tx():
+        # A SQLAlchemy Connection only commits what it knows it began: begin now so the
+        # caller's conn.commit() / conn.rollback() covers the job we write underneath.
+        obj.begin()
     raw = getattr(obj, "connection", None)  # SQLAlchemy Connection -> PoolProxiedConnection
     dbapi = getattr(raw, "dbapi_connection", None)
     if isinstance(dbapi, psycopg.Connection):
