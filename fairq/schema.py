@@ -185,6 +185,8 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
             "tenant",
             postgresql_where=text("active AND running < max_running"),
         ),
+        # The queue's virtual time when every active tenant is at its cap (see enqueue).
+        Index("tenant_schedule_active_idx", "queue", "vtime", postgresql_where=text("active")),
         Index("tenant_schedule_wake_idx", "wake_at", postgresql_where=text("NOT active")),
     )
     return md

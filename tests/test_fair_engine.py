@@ -219,3 +219,27 @@ def test_running_counts_follow_every_way_out(store: Store, dsn: str) -> None:
     store.finish_done([(j.id, j.attempts) for j in got[3:]])
     assert running_mismatch(dsn) == [] and sql_rows(
         dsn, "SELECT sum(running) FROM fairq.tenant_schedule") == [(0,)]
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_idle_queue_restarts_fresh_old_and_new_tenants_share_equally(uncapped: Store, policy: str) -> None:
+    pol = get_policy(policy)
+    fill(uncapped, {"veteran": 500})
+    while uncapped.claim(pol, queue="default", batch=10, worker="w"):
+        pass                                   # veteran served 500 times; queue now idle
+    fill(uncapped, {"veteran": 300, "newcomer": 300}, interleave=True)
+    first = counts(j.tenant for _ in range(20)
+                   for j in uncapped.claim(pol, queue="default", batch=5, worker="w"))
+    assert 40 <= first["newcomer"] <= 60, first  # not 100 claims of catch-up either way
+
+
+def test_all_capped_queue_newcomer_does_not_jump_ahead_forever(store: Store, dsn: str) -> None:
+    store.set_tenants([TenantConfig("capped", 1.0, 2)], defaults=(1.0, 1000))
+    pol = get_policy("weighted")
+    fill(store, {"capped": 200})
+    held = store.claim(pol, queue="default", batch=2, worker="w")   # capped is now at its cap
+    (vt,), = sql_rows(dsn, "SELECT vtime FROM fairq.tenant_schedule WHERE tenant = 'capped'")
+    fill(store, {"newcomer": 50})
+    (vn,), = sql_rows(dsn, "SELECT vtime FROM fairq.tenant_schedule WHERE tenant = 'newcomer'")
+    assert vn == vt                              # starts at the active tenants' virtual time
+    store.finish_done([(j.id, j.attempts) for j in held])

@@ -144,3 +144,14 @@ def test_delayed_jobs_do_not_block_and_wake_on_time() -> None:
 def test_ceil_share_never_zero() -> None:
     # A tenant with a tiny weight among heavy ones still gets a slot in the batch maths.
     assert math.ceil(10 * 0.001 / 1000.001) >= 1
+
+
+def test_idle_queue_starts_afresh() -> None:
+    m = QueueModel()
+    backlog(m, {"veteran": 300})
+    drain(m, "weighted", 300)                     # veteran's vtime is 300, then it goes idle
+    drain(m, "weighted", 1)
+    assert not m.tenants["veteran"].active
+    backlog(m, {"veteran": 100, "newcomer": 100}, start_id=10_000)
+    order = drain(m, "weighted", 40)
+    assert order.count("newcomer") == 20

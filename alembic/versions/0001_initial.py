@@ -122,6 +122,8 @@ def upgrade() -> None:
     op.create_index("tenant_schedule_runnable_idx", "tenant_schedule",
                     ["queue", "vtime", "tenant"], schema=s,
                     postgresql_where=sa.text("active AND running < max_running"))
+    op.create_index("tenant_schedule_active_idx", "tenant_schedule", ["queue", "vtime"],
+                    schema=s, postgresql_where=sa.text("active"))
     op.create_index("tenant_schedule_wake_idx", "tenant_schedule", ["wake_at"], schema=s,
                     postgresql_where=sa.text("NOT active"))
 

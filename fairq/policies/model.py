@@ -10,8 +10,9 @@ of the algorithm:
   (and never more than its free slots), stops when the batch is full, then advances each served
   tenant's vtime by ``unit / weight`` per job (unit = 1, or the job's cost for drr);
 * a tenant found with no due job leaves the runnable set (``active`` = False) and wakes at its
-  earliest queued ``run_at``; on waking, or on an enqueue, its vtime is raised to the queue's
-  current virtual time (the minimum over runnable tenants), so idle time banks no credit;
+  earliest queued ``run_at``; on waking, or on an enqueue, its vtime is set to the queue's
+  current virtual time (the minimum over runnable tenants; if all are capped the maximum over
+  active ones; if none is active 0), so idle time banks neither credit nor debt;
 * fifo takes jobs in (priority desc, run_at, id) order, skipping tenants at their cap.
 """
 
@@ -65,6 +66,14 @@ class QueueModel:
         runnable = self._runnable()
         return min(t.vtime for t in runnable) if runnable else None
 
+    def activation_vtime(self) -> float:
+        """Where a tenant that becomes active starts: runnable minimum, else active maximum, else 0."""
+        vnow = self.virtual_now()
+        if vnow is not None:
+            return vnow
+        active = [t.vtime for t in self.tenants.values() if t.active]
+        return max(active) if active else 0.0
+
     def _due(self, tenant: str, now: float, limit: int | None = None) -> list[ModelJob]:
         due: list[ModelJob] = []
         for j in self.by_tenant.get(tenant, []):
@@ -86,28 +95,26 @@ class QueueModel:
     # -- operations ----------------------------------------------------------------------
     def enqueue(self, job: ModelJob, now: float, weight: float = 1.0, max_running: int = 10) -> None:
         """Mirror of the ``enqueue`` statement for one job."""
-        vnow = self.virtual_now()
+        v = self.activation_vtime()
         t = self.tenants.get(job.tenant)
         due = job.run_at <= now
         if t is None:
-            t = ModelTenant(job.tenant, weight, max_running, vtime=vnow or 0.0, active=due,
+            t = ModelTenant(job.tenant, weight, max_running, vtime=v, active=due,
                             wake_at=None if due else job.run_at)
             self.tenants[job.tenant] = t
         elif not t.active:
             if due:
-                t.active, t.wake_at = True, None
-                t.vtime = max(t.vtime, vnow if vnow is not None else t.vtime)
+                t.active, t.wake_at, t.vtime = True, None, v
             elif t.wake_at is None or job.run_at < t.wake_at:
                 t.wake_at = job.run_at
         self._push(job)
 
     def wake_due(self, now: float) -> None:
         """Mirror of ``wake_due_tenants`` (maintenance)."""
-        vnow = self.virtual_now()
+        v = self.activation_vtime()
         for t in sorted(self.tenants.values(), key=lambda t: t.name):
             if not t.active and t.wake_at is not None and t.wake_at <= now:
-                t.active, t.wake_at = True, None
-                t.vtime = max(t.vtime, vnow if vnow is not None else t.vtime)
+                t.active, t.wake_at, t.vtime = True, None, v
 
     def claim(self, policy: Policy, batch: int, now: float) -> list[int]:
         """Mirror of the policy's claim statement; returns claimed job ids in claim order."""

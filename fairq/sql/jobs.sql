@@ -5,7 +5,11 @@
 -- name: enqueue
 -- Insert a chunk of jobs in one round trip (arrays, one element per job), create the tenants'
 -- schedule rows on first sight (with the configured or default weight and cap), wake idle
--- tenants at the current virtual time (no banked credit), and notify listeners at commit.
+-- tenants, and notify listeners at commit.
+--
+-- A tenant that becomes active starts at the queue's virtual time V: the minimum vtime of the
+-- runnable tenants, else (all capped) the maximum of the active ones, else (queue idle) 0. Its
+-- own past is dropped: idle time banks no credit and no debt, and an idle queue starts afresh.
 WITH input AS (
     SELECT * FROM unnest(
         %(queues)s::text[], %(tenants)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[],
@@ -34,8 +38,11 @@ defaults AS (
 new_tenants AS (
     INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active, wake_at)
     SELECT p.queue, p.tenant, coalesce(t.weight, d.weight, 1.0), coalesce(t.max_running, d.max_running, 10),
-           coalesce((SELECT min(v.vtime) FROM {schema}.tenant_schedule v
-                     WHERE v.queue = p.queue AND v.active AND v.running < v.max_running), 0),
+           coalesce(
+            (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
+             WHERE v.queue = p.queue AND v.active AND v.running < v.max_running),
+            (SELECT max(v.vtime) FROM {schema}.tenant_schedule v
+             WHERE v.queue = p.queue AND v.active), 0),
            p.first_run <= now(),
            CASE WHEN p.first_run > now() THEN p.first_run END
     FROM per_tenant p
@@ -49,9 +56,11 @@ new_tenants AS (
 woken AS (
     UPDATE {schema}.tenant_schedule ts
     SET active = p.first_run <= now(),
-        vtime = CASE WHEN p.first_run <= now() THEN greatest(ts.vtime, coalesce(
+        vtime = CASE WHEN p.first_run <= now() THEN coalesce(
             (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
-             WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running), ts.vtime))
+             WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running),
+            (SELECT max(v.vtime) FROM {schema}.tenant_schedule v
+             WHERE v.queue = ts.queue AND v.active), 0)
             ELSE ts.vtime END,
         wake_at = CASE WHEN p.first_run <= now() THEN NULL ELSE least(ts.wake_at, p.first_run) END
     FROM per_tenant p
@@ -210,6 +219,11 @@ upd AS (
     UPDATE {schema}.tenant_schedule ts
     SET running = ts.running - l.n,
         active = ts.active OR l.requeued,
+        vtime = CASE WHEN NOT ts.active AND l.requeued THEN coalesce(
+            (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
+             WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running),
+            (SELECT max(v.vtime) FROM {schema}.tenant_schedule v
+             WHERE v.queue = ts.queue AND v.active), 0) ELSE ts.vtime END,
         wake_at = CASE WHEN l.requeued THEN NULL ELSE ts.wake_at END
     FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
     RETURNING ts.tenant
@@ -244,9 +258,11 @@ DELETE FROM {schema}.jobs j USING old WHERE j.id = old.id;
 -- at the current virtual time of their queue (no banked credit).
 UPDATE {schema}.tenant_schedule ts
 SET active = true, wake_at = NULL,
-    vtime = greatest(ts.vtime, coalesce(
-        (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
-         WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running), ts.vtime))
+    vtime = coalesce(
+            (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
+             WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running),
+            (SELECT max(v.vtime) FROM {schema}.tenant_schedule v
+             WHERE v.queue = ts.queue AND v.active), 0)
 WHERE NOT ts.active AND ts.wake_at <= now()
 RETURNING ts.queue, ts.tenant;
 
@@ -255,9 +271,11 @@ RETURNING ts.queue, ts.tenant;
 -- was concluding it had none. O(idle tenants); the wake_at path above is the common one.
 UPDATE {schema}.tenant_schedule ts
 SET active = true, wake_at = NULL,
-    vtime = greatest(ts.vtime, coalesce(
-        (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
-         WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running), ts.vtime))
+    vtime = coalesce(
+            (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
+             WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running),
+            (SELECT max(v.vtime) FROM {schema}.tenant_schedule v
+             WHERE v.queue = ts.queue AND v.active), 0)
 WHERE NOT ts.active AND EXISTS (
     SELECT 1 FROM {schema}.jobs q
     WHERE q.queue = ts.queue AND q.tenant = ts.tenant AND q.status = 'queued' AND q.run_at <= now())
