@@ -228,6 +228,10 @@ def explain_prepared(conn: psycopg.Connection[Any], name: str, types: list[str],
         for key, value in (settings or {}).items():
             conn.execute("SELECT set_config(%s, %s, true)", (key, value))
         row = conn.execute(stmt).fetchone()
+        if mode == "generic":
+            # The first EXECUTE built the generic plan; the second shows the steady state of a
+            # cached generic plan (no planning), which is what a long-lived worker runs.
+            row = conn.execute(stmt).fetchone()
     assert row is not None
     raw = row[0]
     doc: dict[str, Any] = (json.loads(raw) if isinstance(raw, str) else raw)[0]

@@ -1,0 +1,410 @@
+"""Fair claim throughput against fifo, in the same run, same batch size, same claimers (issue 4).
+
+    python benchmarks/claim_bench.py [--quick] [--private-cluster] [--dsn URL] [--json FILE]
+
+N claimer threads, each with its own connection (a ``Store`` with one pooled connection and
+psycopg's default auto-prepare), claim and ``finish_done`` like a worker. Every tenant count
+has its own queue in one database that also holds ``--finished`` finished jobs (default
+1,000,000). Rounds alternate the policies (rotating the order each repeat) so the machine's
+drift hits every policy alike; figures are medians over repeats, and the ratio is taken
+against fifo's median in the same run.
+
+Reported per (tenants, policy): jobs/s, ratio to fifo, empty claims while work was runnable
+(the backlog never runs dry during a round), how often the fallback statement ran, p50/p99
+claim latency (both round trips), and per claim statement the planning and execution time:
+EXPLAIN ANALYZE samples of the prepared statement as custom and generic plan and, with
+``--private-cluster`` (pg_stat_statements loaded, track_planning on), what the workers' own
+executions cost. A second table compares throughput with plans forced custom vs generic.
+Prints Markdown on stdout; ``--json`` writes everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import claim_plans as cp
+from fairq import migrate
+from fairq.policies import get_policy
+from fairq.store import Store
+
+POLICIES = ("fifo", "round_robin", "weighted", "drr")
+# Substrings that tell the claim statements apart in pg_stat_statements' normalised text.
+PGSS_MARKS = {
+    "claim_fair_wait": "AS ord",
+    "claim_fair": "FOR UPDATE OF ts SKIP LOCKED",
+    "claim_fifo": "WHERE ts.queue = q.queue AND ts.tenant = q.tenant",
+    "finish_done": "FROM done d",
+}
+
+
+class CountingStore(Store):
+    """A Store that counts which named statements it runs: how often the fallback ran."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.used: Counter[str] = Counter()
+
+    def q(self, name: str) -> str:
+        self.used[name] += 1
+        return super().q(name)
+
+
+@dataclass
+class Round:
+    policy: str
+    jobs: int
+    seconds: float
+    claims: int
+    empty: int
+    fallbacks: int
+    latencies_ms: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds if self.seconds else 0.0
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+def run_round(stores: list[CountingStore], policy: str, queue: str, jobs: int, batch: int) -> Round:
+    """Every store claims + finishes in its own thread until ``jobs`` jobs were claimed."""
+    pol = get_policy(policy)
+    lock = threading.Lock()
+    state = {"claimed": 0, "claims": 0, "empty": 0}
+    lats: list[list[float]] = [[] for _ in stores]
+    before = [s.used[pol.fallback] if pol.fallback else 0 for s in stores]
+    start = threading.Barrier(len(stores) + 1)
+
+    def work(i: int, store: CountingStore) -> None:
+        start.wait()
+        while True:
+            with lock:
+                if state["claimed"] >= jobs:
+                    return
+            t0 = time.perf_counter()
+            got = store.claim(pol, queue=queue, batch=batch, worker=f"bench-{i}")
+            lats[i].append((time.perf_counter() - t0) * 1000)
+            if got:
+                store.finish_done([(j.id, j.attempts) for j in got])
+            with lock:
+                state["claims"] += 1
+                state["claimed"] += len(got)
+                state["empty"] += not got
+
+    threads = [threading.Thread(target=work, args=(i, s)) for i, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    fallbacks = sum((s.used[pol.fallback] if pol.fallback else 0) - b
+                    for s, b in zip(stores, before, strict=True))
+    return Round(policy, state["claimed"], elapsed, state["claims"], state["empty"], fallbacks,
+                 [x for li in lats for x in li])
+
+
+@contextmanager
+def claimers(dsn: str, n: int, plan_mode: str) -> Iterator[list[CountingStore]]:
+    """``n`` stores of one connection each; ``plan_mode`` auto|custom|generic for their sessions."""
+    url = dsn if plan_mode == "auto" else make_conninfo(
+        dsn, options=f"-c plan_cache_mode=force_{plan_mode}_plan")
+    stores = [CountingStore(url, cp.SCHEMA, min_size=1, max_size=1, application_name=f"claim_bench_{i}")
+              for i in range(n)]
+    try:
+        for s in stores:
+            s.pool.wait()
+        yield stores
+    finally:
+        for s in stores:
+            s.close()
+
+
+def prepared_plans(stores: list[CountingStore]) -> dict[str, dict[str, int]]:
+    """What the plan cache chose in the workers' sessions: generic vs custom plans per statement."""
+    out: dict[str, dict[str, int]] = {}
+    for s in stores:
+        with s.pool.connection() as conn:
+            for text, gen, cus in conn.execute(
+                    "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"):
+                name = next((k for k, m in PGSS_MARKS.items() if m in text), None)
+                if name:
+                    d = out.setdefault(name, {"generic": 0, "custom": 0})
+                    d["generic"] += gen
+                    d["custom"] += cus
+    return out
+
+
+def pgss_available(dsn: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        loaded = conn.execute("SHOW shared_preload_libraries").fetchone()
+        if not loaded or "pg_stat_statements" not in str(loaded[0]):
+            return False
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        return True
+
+
+def pgss_reset(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def pgss_read(dsn: str) -> dict[str, dict[str, float]]:
+    """Mean planning and execution time (ms) per statement, and how many plans were made."""
+    out: dict[str, dict[str, float]] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT query, calls, plans, total_plan_time, total_exec_time "
+                            "FROM pg_stat_statements WHERE calls > 0").fetchall()
+    for query, calls, plans, plan_ms, exec_ms in rows:
+        name = next((k for k, m in PGSS_MARKS.items() if m in query), None)
+        if name is None or "EXPLAIN" in query.upper()[:20]:
+            continue
+        d = out.setdefault(name, {"calls": 0, "plans": 0, "plan_ms": 0.0, "exec_ms": 0.0})
+        d["calls"] += calls
+        d["plans"] += plans
+        d["plan_ms"] += plan_ms
+        d["exec_ms"] += exec_ms
+    for d in out.values():
+        d["plan_ms_per_call"] = d["plan_ms"] / d["calls"]
+        d["exec_ms_per_call"] = d["exec_ms"] / d["calls"]
+    return out
+
+
+def explain_samples(dsn: str, batch: int, queue: str, samples: int) -> dict[str, dict[str, float]]:
+    """Median planning/execution ms per claim statement and plan mode (EXPLAIN ANALYZE, rolled back)."""
+    acc: dict[str, dict[str, list[float]]] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(samples):
+            for label, policy, statement in cp.CASES:
+                for mode, (_doc, s) in cp.explain_case(conn, statement, policy, batch=batch,
+                                                       queue=queue).items():
+                    d = acc.setdefault(f"{label} {mode}", {"plan": [], "exec": [], "buffers": []})
+                    d["plan"].append(s.planning_ms)
+                    d["exec"].append(s.execution_ms)
+                    d["buffers"].append(s.buffers)
+    return {k: {m: statistics.median(v) for m, v in d.items()} for k, d in acc.items()}
+
+
+def summarise(rounds: list[Round]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for policy in POLICIES:
+        rs = [r for r in rounds if r.policy == policy]
+        if not rs:
+            continue
+        lats = [x for r in rs for x in r.latencies_ms]
+        claims = sum(r.claims for r in rs)
+        out[policy] = {
+            "jobs_per_s": statistics.median(r.rate for r in rs),
+            "rates": [round(r.rate, 1) for r in rs],  # type: ignore[dict-item]
+            "claims": claims,
+            "empty_ratio": sum(r.empty for r in rs) / claims if claims else 0.0,
+            "fallback_ratio": sum(r.fallbacks for r in rs) / claims if claims else 0.0,
+            "p50_ms": pct(lats, 0.50),
+            "p99_ms": pct(lats, 0.99),
+        }
+    fifo = out.get("fifo", {}).get("jobs_per_s")
+    for d in out.values():
+        d["ratio"] = d["jobs_per_s"] / fifo if fifo else float("nan")
+    return out
+
+
+def bench_size(dsn: str, tenants: int, policies: Sequence[str], args: argparse.Namespace,
+               plan_mode: str, pgss: bool) -> dict[str, Any]:
+    queue = f"q{tenants}"
+    rounds: list[Round] = []
+    pgss_by_policy: dict[str, dict[str, dict[str, float]]] = {}
+    with claimers(dsn, args.workers, plan_mode) as stores:
+        for policy in policies:  # warm-up: past psycopg's prepare threshold and the plan cache's
+            run_round(stores, policy, queue, args.warmup_jobs, args.batch)
+        for rep in range(args.repeats):
+            order = list(policies[rep % len(policies):]) + list(policies[:rep % len(policies)])
+            for policy in order:
+                if pgss:
+                    pgss_reset(dsn)
+                r = run_round(stores, policy, queue, args.jobs_per_round, args.batch)
+                rounds.append(r)
+                if pgss:
+                    for name, d in pgss_read(dsn).items():
+                        tot = pgss_by_policy.setdefault(policy, {}).setdefault(
+                            name, {"calls": 0, "plans": 0, "plan_ms": 0.0, "exec_ms": 0.0})
+                        for k in ("calls", "plans", "plan_ms", "exec_ms"):
+                            tot[k] += d[k]
+                print(f"  {plan_mode} tenants={tenants} rep={rep} {policy}: {r.rate:.0f} jobs/s "
+                      f"claims={r.claims} empty={r.empty} fallbacks={r.fallbacks}", file=sys.stderr)
+        plans = prepared_plans(stores)
+    for per in pgss_by_policy.values():
+        for d in per.values():
+            d["plan_ms_per_call"] = d["plan_ms"] / d["calls"] if d["calls"] else 0.0
+            d["exec_ms_per_call"] = d["exec_ms"] / d["calls"] if d["calls"] else 0.0
+    return {"tenants": tenants, "plan_mode": plan_mode, "policies": summarise(rounds),
+            "plan_cache": plans, "pgss": pgss_by_policy}
+
+
+def load_all(dsn: str, sizes: Sequence[int], per_queue_jobs: int, finished: int) -> None:
+    """One queue per tenant count, each with a backlog that outlasts all its rounds."""
+    migrate.upgrade(dsn, cp.SCHEMA)
+    for n in sizes:
+        cp.load(dsn, tenants=n, queued_per_tenant=max(1, math.ceil(per_queue_jobs / n)),
+                finished=finished // len(sizes), queue=f"q{n}")
+
+
+def fmt(x: float, nd: int = 2) -> str:
+    return "n/a" if x != x else f"{x:.{nd}f}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = ["| tenants | policy | jobs/s (median) | x fifo | empty claims | fallback runs / claim "
+             "| p50 ms | p99 ms | plans (generic/custom) |", "|---|---|---|---|---|---|---|---|---|"]
+    for size in result["main"]:
+        for policy, d in size["policies"].items():
+            stmt = "claim_fifo" if policy == "fifo" else "claim_fair"
+            pc = size["plan_cache"].get(stmt, {})
+            lines.append(f"| {size['tenants']:,} | {policy} | {d['jobs_per_s']:.0f} | {fmt(d['ratio'])} | "
+                         f"{d['empty_ratio']:.1%} | {fmt(d['fallback_ratio'])} | {fmt(d['p50_ms'])} | "
+                         f"{fmt(d['p99_ms'])} | {pc.get('generic', 0)}/{pc.get('custom', 0)} |")
+    lines += ["", "Forced plan modes (same run):", "",
+              "| tenants | plan mode | policy | jobs/s | x fifo (same mode) | p50 ms | p99 ms |",
+              "|---|---|---|---|---|---|---|"]
+    for size in result["modes"]:
+        for policy, d in size["policies"].items():
+            lines.append(f"| {size['tenants']:,} | {size['plan_mode']} | {policy} | {d['jobs_per_s']:.0f} | "
+                         f"{fmt(d['ratio'])} | {fmt(d['p50_ms'])} | {fmt(d['p99_ms'])} |")
+    lines += ["", "EXPLAIN ANALYZE samples (median ms; shared buffers):", "",
+              "| tenants | statement / policy | mode | planning ms | execution ms | buffers |",
+              "|---|---|---|---|---|---|"]
+    for n, cases in result["explain"].items():
+        for key, d in cases.items():
+            label, mode = key.rsplit(" ", 1)
+            lines.append(f"| {int(n):,} | {label} | {mode} | {fmt(d['plan'])} | {fmt(d['exec'])} | "
+                         f"{d['buffers']:.0f} |")
+    if any(s["pgss"] for s in result["main"]):
+        lines += ["", "pg_stat_statements, the workers' own executions (ms per call):", "",
+                  "| tenants | policy | statement | calls | plans | planning | execution |",
+                  "|---|---|---|---|---|---|---|"]
+        for size in result["main"]:
+            for policy, per in size["pgss"].items():
+                for name, d in sorted(per.items()):
+                    lines.append(f"| {size['tenants']:,} | {policy} | {name} | {d['calls']:.0f} | "
+                                 f"{d['plans']:.0f} | {d['plan_ms_per_call']:.3f} | "
+                                 f"{d['exec_ms_per_call']:.3f} |")
+    return "\n".join(lines)
+
+
+def verdict(result: dict[str, Any]) -> list[str]:
+    """The issue's targets, each stated as met or not."""
+    out = []
+    worst = min((d["ratio"], s["tenants"], p) for s in result["main"]
+                for p, d in s["policies"].items() if p != "fifo")
+    out.append(f"every fair policy >= 0.9x fifo: {'MET' if worst[0] >= 0.9 else 'NOT MET'} "
+               f"(worst {worst[0]:.2f}x: {worst[2]} at {worst[1]:,} tenants)")
+    p99 = {s["tenants"]: max(d["p99_ms"] for p, d in s["policies"].items() if p != "fifo")
+           for s in result["main"]}
+    if 10 in p99 and 100_000 in p99:
+        ok = p99[100_000] <= 2 * p99[10]
+        out.append(f"fair p99 at 100,000 tenants <= 2x at 10: {'MET' if ok else 'NOT MET'} "
+                   f"({p99[100_000]:.2f} ms vs {p99[10]:.2f} ms)")
+    empties = sum(d["empty_ratio"] for s in result["main"] for d in s["policies"].values())
+    out.append(f"zero empty claims while work is runnable: {'MET' if empties == 0 else 'NOT MET'}")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--dsn", default=os.environ.get("FAIRQ_DATABASE_URL") or cp.DEFAULT_DSN,
+                    help="admin DSN; a fresh database is created beside it and dropped")
+    ap.add_argument("--private-cluster", action="store_true",
+                    help="run on a throwaway cluster with pg_stat_statements (fsync on, as the server)")
+    ap.add_argument("--quick", action="store_true", help="short run: fewer jobs, repeats, finished jobs")
+    ap.add_argument("--sizes", default="1,4,10,100,10000,100000")
+    ap.add_argument("--mode-sizes", default="10,100000", help="sizes of the custom-vs-generic table")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--jobs-per-round", type=int, default=2000)
+    ap.add_argument("--warmup-jobs", type=int, default=300)
+    ap.add_argument("--finished", type=int, default=1_000_000)
+    ap.add_argument("--explain-samples", type=int, default=5)
+    ap.add_argument("--json", type=Path, help="write the full results here")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeats, args.jobs_per_round, args.warmup_jobs = 3, 500, 100
+        args.finished, args.explain_samples = min(args.finished, 100_000), 2
+    sizes = [int(x) for x in args.sizes.split(",")]
+    mode_sizes = [int(x) for x in args.mode_sizes.split(",") if x and int(x) in sizes]
+
+    cluster = None
+    admin = args.dsn
+    if args.private_cluster:
+        from tests import pgcluster
+
+        cluster = pgcluster.start(Path(tempfile.mkdtemp(prefix="claim_bench-")), options={
+            "shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track_planning": "on",
+            "fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
+            "shared_buffers": "128MB"})
+        admin = cluster.dsn
+    db = cp.create_db(admin)
+    try:
+        dsn = cp.with_db(admin, db)
+        rounds_per_queue = (len(POLICIES) * (args.repeats * args.jobs_per_round + args.warmup_jobs)
+                            + 2 * 2 * (args.repeats * args.jobs_per_round + args.warmup_jobs))
+        t0 = time.perf_counter()
+        load_all(dsn, sizes, int(rounds_per_queue * 1.3) + 20 * args.batch, args.finished)
+        print(f"loaded in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        pgss = pgss_available(dsn)
+        result: dict[str, Any] = {
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "uptime_before": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+            "pg_stat_statements": pgss, "main": [], "modes": [], "explain": {}}
+        for n in sizes:
+            result["main"].append(bench_size(dsn, n, POLICIES, args, "auto", pgss))
+        for n in mode_sizes:
+            for mode in ("custom", "generic"):
+                result["modes"].append(bench_size(dsn, n, ("fifo", "weighted"), args, mode, False))
+        for n in sizes:
+            result["explain"][str(n)] = explain_samples(dsn, args.batch, f"q{n}", args.explain_samples)
+        result["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        result["verdict"] = verdict(result)
+    finally:
+        cp.drop_db(admin, db)
+        if cluster is not None:
+            cluster.stop()
+            cluster.remove()
+    print(markdown(result))
+    print()
+    for line in result["verdict"]:
+        print(f"- {line}")
+    print(f"\nload: before {result['uptime_before']}; after {result['uptime_after']}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, default=lambda o: asdict(o)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
