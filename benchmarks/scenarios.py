@@ -150,14 +150,14 @@ def drain(n_jobs: int, n_tenants: int = 10) -> Scenario:
 
 QUICK: dict[str, Callable[[], Scenario]] = {
     "noisy": lambda: noisy(1),
-    "noisy_100x": lambda: noisy(5, name="noisy_100x", job_seconds=0.0, workers=2),
-    "zipf": lambda: zipf(1000, 2_000),
-    "many_tenants": lambda: many_tenants(2_000),
-    "hot_tenant": lambda: hot_tenant(1_500),
-    "caps": lambda: caps(8, 20),
-    "tiers": lambda: tiers(40, 300.0, 2.0),
-    "retry_mix": lambda: retry_mix(20, 10),
-    "drain": lambda: drain(2_000),
+    "noisy_100x": lambda: noisy(2, name="noisy_100x", job_seconds=0.0, workers=2),
+    "zipf": lambda: zipf(1000, 1_000),
+    "many_tenants": lambda: many_tenants(1_000),
+    "hot_tenant": lambda: hot_tenant(400),
+    "caps": lambda: caps(8, 10),
+    "tiers": lambda: tiers(20, 200.0, 1.5),
+    "retry_mix": lambda: retry_mix(10, 10),
+    "drain": lambda: drain(1_000),
 }
 
 FULL: dict[str, Callable[[], Scenario]] = {

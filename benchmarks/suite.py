@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -86,7 +88,7 @@ def run_peers(admin_dsn: str, quick: bool, bar: Bar) -> dict[str, Any]:
         for _ in range(4):
             bar.done()
         return {"skipped": f"peer packages missing ({exc}): pip install 'fairq[bench]'"}
-    n_pgq, n_pro = (3_000, 1_000) if quick else (20_000, 4_000)
+    n_pgq, n_pro = (1_000, 500) if quick else (20_000, 4_000)
     out: dict[str, Any] = {}
     steps: list[tuple[str, str, Callable[[str], dict[str, Any]]]] = [
         ("pgqueuer", "drain", lambda d: pgq.drain(d, n_pgq)),
@@ -124,7 +126,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only these policies (repeatable): " + ", ".join(POLICIES))
     p.add_argument("--no-peers", action="store_true", help="skip PgQueuer and Procrastinate")
     p.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
-                   help="stop a run after this long (default 15 quick, 90 full)")
+                   help="stop a run after this long (default 6 quick, 90 full)")
     p.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -142,9 +144,11 @@ def run(args: argparse.Namespace, dsn: str | None) -> int:
     if unknown or bad:
         print(f"fairq bench: unknown scenario/policy {', '.join(unknown + bad)}", file=sys.stderr)
         return 2
-    deadline = args.deadline or (15.0 if args.quick or args.tiny else 90.0)
+    deadline = args.deadline or (6.0 if args.quick or args.tiny else 90.0)
     peers = not (args.no_peers or args.tiny)
     bar = Bar(len(names) * len(policies) + (4 if peers else 0), enabled=not args.no_progress)
+    if threading.current_thread() is threading.main_thread():  # SIGTERM still drops the database
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = datetime.now(UTC)
     t0 = time.monotonic()
     results: list[dict[str, Any]] = []
