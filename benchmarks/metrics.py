@@ -82,6 +82,23 @@ def share_over_time(data: RunData, sc: Scenario, buckets: int = 20) -> dict[str,
                        for g, c in sorted(counts.items())}}
 
 
+def _censored(data: RunData) -> dict[str, list[float]]:
+    """Jobs due but not started when a run hit its deadline: their wait so far (a lower bound),
+    so that a policy that starves a tenant is not flattered by leaving its jobs out."""
+    due: dict[str, list[float]] = defaultdict(list)
+    for t, d in data.due:
+        due[t].append(d)
+    started: dict[str, int] = defaultdict(int)
+    for t, _, _ in data.starts:
+        started[t] += 1
+    out: dict[str, list[float]] = {}
+    for t, ds in due.items():
+        rest = sorted(ds)[started.get(t, 0):]
+        if rest:
+            out[t] = [max(0.0, data.ended - d) for d in rest if d < data.ended]
+    return out
+
+
 def _thin(values: list[float], keep: int = 1000) -> list[float]:
     """At most ``keep`` evenly spaced values of a sorted list (plots need the shape only)."""
     if len(values) <= keep:
@@ -91,10 +108,13 @@ def _thin(values: list[float], keep: int = 1000) -> list[float]:
 
 def summarise(data: RunData, sc: Scenario) -> dict[str, Any]:
     """Every figure of one (scenario, policy) run."""
-    waits = [w for _, _, w in data.starts]
     by_tenant: dict[str, list[float]] = defaultdict(list)
     for t, _, w in data.starts:
         by_tenant[t].append(w)
+    censored = _censored(data) if data.timed_out else {}
+    for t, ws in censored.items():
+        by_tenant[t].extend(ws)
+    waits = [w for ws in by_tenant.values() for w in ws]
     tenant_p95 = [p for p in (pct(ws, 95) for ws in by_tenant.values()) if p is not None]
     group_waits: dict[str, list[float]] = defaultdict(list)
     for t, ws in by_tenant.items():
@@ -112,6 +132,7 @@ def summarise(data: RunData, sc: Scenario) -> dict[str, Any]:
         "expected_jobs": data.expected,
         "completed_jobs": data.completed,
         "timed_out": data.timed_out,
+        "censored_waits": sum(len(ws) for ws in censored.values()),
         "seconds": seconds,
         "throughput_jobs_s": data.completed / seconds if seconds else None,
         "wait_p50_s": pct(waits, 50),
