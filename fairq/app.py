@@ -86,7 +86,8 @@ class App:
 
     ``dsn`` defaults to ``$FAIRQ_DATABASE_URL`` and then to the embedded PostgreSQL;
     ``listen_dsn`` is the direct connection for LISTEN when ``dsn`` goes through a
-    transaction-mode pooler (R11).
+    transaction-mode pooler (R11); set ``pooler=True`` then, so timeouts are set per
+    transaction instead of per session.
     """
 
     def __init__(
@@ -98,6 +99,7 @@ class App:
         pool_size: int = 4,
         prepare_threshold: int | None = 5,
         observer: WorkerObserver | None = None,
+        pooler: bool = False,
     ) -> None:
         self.schema = resolve_schema(schema)
         # Sees every enqueue made through this app (fairq_jobs_enqueued_total). A job enqueued
@@ -107,6 +109,7 @@ class App:
         self._listen_dsn = listen_dsn
         self._pool_size = pool_size
         self._prepare_threshold = prepare_threshold
+        self.pooler = pooler
         self._store: Store | None = None
         self.tasks: dict[str, Task] = {}
         self.tenants = Tenants(self)
@@ -124,7 +127,7 @@ class App:
     def store(self) -> Store:
         if self._store is None:
             self._store = Store(self.dsn, self.schema, max_size=self._pool_size,
-                                prepare_threshold=self._prepare_threshold)
+                                prepare_threshold=self._prepare_threshold, pooler=self.pooler)
         return self._store
 
     def close(self) -> None:
@@ -185,7 +188,8 @@ class App:
             task=task,
             tenant=v.name("tenant", tenant),
             payload_json=v.payload({} if payload is None else payload),
-            queue=v.name("queue", queue or (registered.queue if registered else "default")),
+            queue=v.name("queue", queue if queue is not None
+                         else (registered.queue if registered else "default")),
             priority=v.priority(priority if priority is not None
                                 else (registered.priority if registered else 0)),
             cost=v.cost(cost if cost is not None else (registered.cost if registered else 1.0)),

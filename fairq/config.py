@@ -27,7 +27,9 @@ def resolve_dsn(dsn: str | None = None) -> str:
 
 def resolve_schema(schema: str | None = None) -> str:
     """Return the validated schema name: ``schema``, else ``$FAIRQ_SCHEMA``, else ``fairq``."""
-    return validate_schema_name(schema or os.environ.get(ENV_SCHEMA) or DEFAULT_SCHEMA)
+    if schema is not None:  # an explicit empty name is an error, not "the default"
+        return validate_schema_name(schema)
+    return validate_schema_name(os.environ.get(ENV_SCHEMA) or DEFAULT_SCHEMA)
 
 
 def sqlalchemy_url(dsn: str | None) -> str:
@@ -52,13 +54,18 @@ def _parse_kv(dsn: str) -> dict[str, str]:
     return {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
 
 
+_URL_USERINFO = re.compile(r"(://[^:/?#@]*:)[^@]*@")
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
 def redact(dsn: str) -> str:
     """The DSN with any password replaced by ``***``: safe for logs, errors and metrics."""
     if "://" in dsn:
-        parts = urlsplit(dsn)
+        try:
+            parts = urlsplit(dsn)
+        except ValueError:  # malformed (an unclosed IPv6 bracket...): mask by pattern instead
+            masked = _URL_USERINFO.sub(r"\1***@", dsn)
+            return re.sub(r"(password=)[^&\s]*", r"\1***", masked, flags=re.IGNORECASE)
         netloc = parts.netloc
         if "@" in netloc:
             userinfo, host = netloc.rsplit("@", 1)

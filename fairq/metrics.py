@@ -57,12 +57,20 @@ CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 
 def max_tenants_from_env(default: int = 50) -> int:
-    """``$FAIRQ_METRICS_MAX_TENANTS`` as an int >= 0 (bad values fall back to ``default``)."""
-    try:
-        value = int(os.environ.get(ENV_MAX_TENANTS, "") or default)
-    except ValueError:
+    """``$FAIRQ_METRICS_MAX_TENANTS`` as an int >= 0; garbage is ``InvalidInput`` (CLI exit 2),
+    not a silent default, so a typo cannot quietly change the metrics' cardinality."""
+    from fairq.errors import InvalidInput
+
+    raw = os.environ.get(ENV_MAX_TENANTS, "").strip()
+    if not raw:
         return default
-    return max(value, 0)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput(f"{ENV_MAX_TENANTS} must be an integer >= 0, not {raw[:40]!r}") from None
+    if not 0 <= value <= 1_000_000:
+        raise InvalidInput(f"{ENV_MAX_TENANTS} must be between 0 and 1000000, not {value}")
+    return value
 
 
 class Hist:

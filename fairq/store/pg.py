@@ -1,8 +1,13 @@
 """PostgreSQL store: runs fairq's named statements through a psycopg connection pool.
 
 Every method is one short transaction (autocommit, or the caller's own transaction for
-enqueue), so no transaction stays open while a handler runs (R6). Claims and finishes set
+enqueue), so no transaction stays open while a handler runs (R6). Every statement runs under
 ``lock_timeout`` and ``statement_timeout`` so one stuck session cannot stall every worker.
+
+On a direct connection the timeouts are session settings given at connect time, so a claim or a
+finish is one round trip (a single autocommit statement). Behind a transaction-mode pooler
+(``pooler=True``) session state does not stick to a server connection, so each operation runs
+in an explicit transaction that sets them with ``SET LOCAL`` semantics (four round trips).
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ class Store:
         open_pool: bool = True,
         application_name: str = "fairq",
         timeout: float = 30.0,
+        pooler: bool = False,
     ) -> None:
         self.dsn = dsn
         self.schema = schema
@@ -91,11 +97,16 @@ class Store:
         self.lock_timeout_ms = lock_timeout_ms
         self._prepare_threshold = prepare_threshold
         self.application_name = application_name[:63]
+        self.pooler = pooler
+        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
+        if not pooler:
+            kwargs["options"] = (f"-c statement_timeout={int(statement_timeout_ms)} "
+                                 f"-c lock_timeout={int(lock_timeout_ms)}")
         self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True, "prepare_threshold": prepare_threshold},
+            kwargs=kwargs,
             configure=self._configure,
             open=False,
             timeout=timeout,
@@ -105,8 +116,7 @@ class Store:
             self.pool.open(wait=False)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        # Timeouts go in every transaction (SET LOCAL), not here: session state does not survive
-        # a transaction-mode pooler. Only the application name is set per connection.
+        # Behind a pooler this lands on whichever server connection serves it: it only labels.
         conn.execute("SELECT set_config('application_name', %s, false)", (self.application_name,))
 
     def close(self) -> None:
@@ -120,14 +130,25 @@ class Store:
         return sql.statement(name, self.schema)
 
     @contextmanager
-    def _tx(self) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
-        """A short transaction with the store's timeouts, as a dict-row cursor."""
-        with self.pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(
-                "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)",
-                (str(self.statement_timeout_ms), str(self.lock_timeout_ms)),
-            )
-            yield cur
+    def _tx(self, *, atomic: bool = False) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
+        """A dict-row cursor under the store's timeouts.
+
+        Without ``atomic`` each statement is its own transaction: callers that run one statement
+        (claims, finishes) pay one round trip. ``atomic`` wraps several statements in one.
+        """
+        with self.pool.connection() as conn:
+            if not self.pooler and not atomic:
+                with conn.cursor(row_factory=dict_row) as cur:
+                    yield cur
+                return
+            with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                if self.pooler:
+                    cur.execute(
+                        "SELECT set_config('statement_timeout', %s, true), "
+                        "set_config('lock_timeout', %s, true)",
+                        (str(self.statement_timeout_ms), str(self.lock_timeout_ms)),
+                    )
+                yield cur
 
     # -- producers ----------------------------------------------------------------------
     def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[int]:
@@ -139,7 +160,8 @@ class Store:
                 for start in range(0, len(jobs), CHUNK):
                     ids.extend(self._enqueue_chunk(cur, jobs[start:start + CHUNK]))
             return ids
-        with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        # All chunks or none; the timeouts apply too: a locked table must not hang producers.
+        with self._tx(atomic=len(jobs) > CHUNK) as cur:
             for start in range(0, len(jobs), CHUNK):
                 ids.extend(self._enqueue_chunk(cur, jobs[start:start + CHUNK]))
         return ids
@@ -309,7 +331,7 @@ class Store:
         defaults: tuple[float, int] | None = None,
     ) -> None:
         """Write tenants' configuration (and optionally new defaults) in one transaction."""
-        with self._tx() as cur:
+        with self._tx(atomic=True) as cur:
             if defaults is not None:
                 d = {"weight": defaults[0], "max_running": defaults[1]}
                 cur.execute(self.q("set_defaults"), d)
