@@ -4,8 +4,10 @@
 
 N claimer threads, each with its own connection (a ``Store`` with one pooled connection and
 psycopg's default auto-prepare), claim and ``finish_done`` like a worker. Every tenant count
-has its own queue in one database that also holds ``--finished`` finished jobs (default
-1,000,000). Rounds alternate the policies (rotating the order each repeat) so the machine's
+has its own database holding its backlog and ``--finished`` finished jobs (default 1,000,000).
+(One database with a queue per size is a trap: tenant names shared across queues skew the
+statistics, and claim_fifo then sorts a few tenants' whole backlog each claim; the plan test
+guards that case.) Rounds alternate the policies (rotating the order each repeat) so the machine's
 drift hits every policy alike; figures are medians over repeats, and the ratio is taken
 against fifo's median in the same run.
 
@@ -100,8 +102,16 @@ def run_round(stores: list[CountingStore], policy: str, queue: str, jobs: int, b
     before = [s.used[pol.fallback] if pol.fallback else 0 for s in stores]
     start = threading.Barrier(len(stores) + 1)
 
+    errors: list[BaseException] = []
+
     def work(i: int, store: CountingStore) -> None:
         start.wait()
+        try:
+            claim_loop(i, store)
+        except BaseException as exc:  # a dead claimer must fail the run, not slow it down
+            errors.append(exc)
+
+    def claim_loop(i: int, store: CountingStore) -> None:
         while True:
             with lock:
                 if state["claimed"] >= jobs:
@@ -116,7 +126,7 @@ def run_round(stores: list[CountingStore], policy: str, queue: str, jobs: int, b
                 state["claimed"] += len(got)
                 state["empty"] += not got
 
-    threads = [threading.Thread(target=work, args=(i, s)) for i, s in enumerate(stores)]
+    threads = [threading.Thread(target=work, args=(i, s), daemon=True) for i, s in enumerate(stores)]
     for t in threads:
         t.start()
     start.wait()
@@ -124,6 +134,8 @@ def run_round(stores: list[CountingStore], policy: str, queue: str, jobs: int, b
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
     fallbacks = sum((s.used[pol.fallback] if pol.fallback else 0) - b
                     for s, b in zip(stores, before, strict=True))
     return Round(policy, state["claimed"], elapsed, state["claims"], state["empty"], fallbacks,
@@ -266,12 +278,14 @@ def bench_size(dsn: str, tenants: int, policies: Sequence[str], args: argparse.N
             "plan_cache": plans, "pgss": pgss_by_policy}
 
 
-def load_all(dsn: str, sizes: Sequence[int], per_queue_jobs: int, finished: int) -> None:
-    """One queue per tenant count, each with a backlog that outlasts all its rounds."""
+def load_size(admin: str, tenants: int, jobs: int, finished: int) -> str:
+    """A fresh database for one tenant count, with a backlog that outlasts all its rounds."""
+    db = cp.create_db(admin)
+    dsn = cp.with_db(admin, db)
     migrate.upgrade(dsn, cp.SCHEMA)
-    for n in sizes:
-        cp.load(dsn, tenants=n, queued_per_tenant=max(1, math.ceil(per_queue_jobs / n)),
-                finished=finished // len(sizes), queue=f"q{n}")
+    cp.load(dsn, tenants=tenants, queued_per_tenant=max(1, math.ceil(jobs / tenants)),
+            finished=finished, queue=f"q{tenants}")
+    return db
 
 
 def fmt(x: float, nd: int = 2) -> str:
@@ -368,31 +382,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             "fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
             "shared_buffers": "128MB"})
         admin = cluster.dsn
-    db = cp.create_db(admin)
+    dbs: dict[int, str] = {}
     try:
-        dsn = cp.with_db(admin, db)
-        rounds_per_queue = (len(POLICIES) * (args.repeats * args.jobs_per_round + args.warmup_jobs)
-                            + 2 * 2 * (args.repeats * args.jobs_per_round + args.warmup_jobs))
-        t0 = time.perf_counter()
-        load_all(dsn, sizes, int(rounds_per_queue * 1.3) + 20 * args.batch, args.finished)
-        print(f"loaded in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-        pgss = pgss_available(dsn)
+        per_size_jobs = (len(POLICIES) * (args.repeats * args.jobs_per_round + args.warmup_jobs)
+                         + 2 * 2 * (args.repeats * args.jobs_per_round + args.warmup_jobs))
         result: dict[str, Any] = {
             "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             "args": {k: str(v) for k, v in vars(args).items()},
             "uptime_before": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-            "pg_stat_statements": pgss, "main": [], "modes": [], "explain": {}}
+            "main": [], "modes": [], "explain": {}}
         for n in sizes:
+            t0 = time.perf_counter()
+            dbs[n] = load_size(admin, n, int(per_size_jobs * 1.3) + 20 * args.batch, args.finished)
+            dsn = cp.with_db(admin, dbs[n])
+            print(f"tenants={n}: loaded in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+            pgss = result["pg_stat_statements"] = pgss_available(dsn)
             result["main"].append(bench_size(dsn, n, POLICIES, args, "auto", pgss))
-        for n in mode_sizes:
-            for mode in ("custom", "generic"):
-                result["modes"].append(bench_size(dsn, n, ("fifo", "weighted"), args, mode, False))
-        for n in sizes:
+            if n in mode_sizes:
+                for mode in ("custom", "generic"):
+                    result["modes"].append(bench_size(dsn, n, ("fifo", "weighted"), args, mode, False))
             result["explain"][str(n)] = explain_samples(dsn, args.batch, f"q{n}", args.explain_samples)
+            cp.drop_db(admin, dbs.pop(n))
         result["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         result["verdict"] = verdict(result)
     finally:
-        cp.drop_db(admin, db)
+        for db in dbs.values():
+            cp.drop_db(admin, db)
         if cluster is not None:
             cluster.stop()
             cluster.remove()
