@@ -49,8 +49,15 @@ DEFAULT_MAX_BATCH = 10  # R5: up to 10 a round trip by default
 
 def describe_error(exc: BaseException) -> str:
     """``last_error`` text: type, message and the innermost few frames of the traceback."""
-    head = f"{type(exc).__qualname__}: {exc}"
-    frames = "".join(traceback.format_tb(exc.__traceback__, limit=-5))
+    try:
+        message = str(exc)
+    except Exception:  # an unprintable exception must still fail its job, not kill the slot
+        message = "<str() of the exception failed>"
+    head = f"{type(exc).__qualname__}: {message}"
+    try:
+        frames = "".join(traceback.format_tb(exc.__traceback__, limit=-5))
+    except Exception:
+        frames = ""
     text = f"{head}\n{frames}".rstrip()
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
@@ -180,6 +187,7 @@ class Worker:
                 self.app.dsn, self.app.schema, min_size=1, max_size=2 + min(self.concurrency, 4),
                 application_name=self.application_name, timeout=5.0,
                 prepare_threshold=getattr(self.app, "_prepare_threshold", 5),
+                pooler=self.app.pooler,
             )
         return self._store
 

@@ -25,7 +25,9 @@ class Policy:
     def claim_params(self, *, queue: str, batch: int, worker: str, tenant_scan: int) -> dict[str, Any]:
         """The full parameter dict for one claim."""
         values: dict[str, Any] = dict(self.params)
-        values.update(queue=queue, batch=batch, worker=worker, tenant_scan=tenant_scan)
+        # The virtual-time window of fair claims: one batch ahead of the queue's minimum.
+        values.update(queue=queue, batch=batch, worker=worker, tenant_scan=tenant_scan,
+                      window=float(batch))
         return values
 
     def increment(self, *, cost: float, weight: float) -> float:

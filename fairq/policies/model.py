@@ -140,17 +140,22 @@ class QueueModel:
     def _claim_fair(self, policy: Policy, batch: int, now: float) -> list[int]:
         # claim_fair: the first `batch` runnable tenants; then, if short, claim_fair_wait over
         # up to tenant_scan tenants for the rest (with one claimer nothing is ever skipped).
-        claimed = self._fair_pass(policy, batch, now, scan=batch, empties_before_last=False)
+        claimed = self._fair_pass(policy, batch, now, scan=batch, empties_before_last=False,
+                                  window=batch)
         if len(claimed) < batch:
-            claimed += self._fair_pass(policy, batch - len(claimed), now, scan=self.tenant_scan,
-                                       empties_before_last=True)
+            rest = batch - len(claimed)
+            claimed += self._fair_pass(policy, rest, now, scan=self.tenant_scan,
+                                       empties_before_last=True, window=rest)
+            if not claimed:
+                claimed = self._fair_pass(policy, rest, now, scan=self.tenant_scan,
+                                          empties_before_last=True, window=math.inf)
         return claimed
 
     def _fair_pass(self, policy: Policy, batch: int, now: float, *, scan: int,
-                   empties_before_last: bool) -> list[int]:
+                   empties_before_last: bool, window: float) -> list[int]:
         by_weight = dict(policy.params)["by_weight"]
         vnow = self.virtual_now()
-        cand = sorted((t for t in self._runnable() if vnow is not None and t.vtime <= vnow + batch),
+        cand = sorted((t for t in self._runnable() if vnow is not None and t.vtime <= vnow + window),
                       key=lambda t: (t.vtime, t.name))[:scan]
         total = sum((t.weight if by_weight else 1.0) for t in cand[:batch])
         picked: list[tuple[int, ModelTenant, ModelJob]] = []

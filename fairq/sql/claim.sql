@@ -10,7 +10,8 @@
 
 -- name: claim_fair
 -- Weighted fair queueing over tenants by virtual time. Parameters: by_weight, by_cost
--- (round_robin: false/false; weighted: true/false; drr: true/true), tenant_scan.
+-- (round_robin: false/false; weighted: true/false; drr: true/true), window (= batch, in
+-- virtual time), tenant_scan.
 -- Tenants whose schedule row another claimer holds right now are skipped (they are being
 -- served), so concurrent claimers spread over tenants instead of queueing on the same rows.
 -- Only tenants within one batch of virtual time of the queue's minimum (locked or not) are
@@ -25,7 +26,7 @@ cand AS MATERIALIZED (
     SELECT ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running AS room
     FROM {schema}.tenant_schedule ts
     WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
-      AND ts.vtime <= (SELECT vmin.v FROM vmin) + %(batch)s
+      AND ts.vtime <= (SELECT vmin.v FROM vmin) + %(window)s
     ORDER BY ts.vtime, ts.tenant
     LIMIT %(batch)s
     FOR UPDATE OF ts SKIP LOCKED
@@ -102,7 +103,7 @@ cand AS MATERIALIZED (
            row_number() OVER (ORDER BY ts.vtime, ts.tenant) AS ord
     FROM {schema}.tenant_schedule ts
     WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
-      AND ts.vtime <= (SELECT vmin.v FROM vmin) + %(batch)s
+      AND ts.vtime <= (SELECT vmin.v FROM vmin) + %(window)s
     ORDER BY ts.vtime, ts.tenant
     LIMIT %(tenant_scan)s
 ),

@@ -38,6 +38,7 @@ from fairq.policies import Policy
 log = logging.getLogger("fairq.store")
 
 CHUNK = 5000  # jobs per enqueue round trip
+WIDE_WINDOW = 1e300  # a virtual-time window that admits every runnable tenant
 
 
 def channel_for(schema: str) -> str:
@@ -202,9 +203,18 @@ class Store:
             # Short: other claimers may hold the runnable tenants' rows. Wait for them rather
             # than return less work than is runnable (work conservation).
             params["batch"] = batch - len(rows)
+            params["window"] = float(batch - len(rows))
             with self._tx() as cur:
                 cur.execute(self.q(policy.fallback), params)
                 rows.extend(cur.fetchall())
+            if not rows:
+                # Still nothing: the tenants at the front of virtual time may have no claimable
+                # job right now (their last ones are being claimed by others). Rather than come
+                # back empty while a tenant further ahead has work, drop the window once.
+                params["window"] = WIDE_WINDOW
+                with self._tx() as cur:
+                    cur.execute(self.q(policy.fallback), params)
+                    rows.extend(cur.fetchall())
         return [_claimed(r) for r in rows]
 
     def finish_done(self, done: Sequence[tuple[int, int]]) -> list[FinishedJob]:
