@@ -31,6 +31,7 @@ COMMANDS: tuple[str, ...] = (
     "exporter",
     "demo",
     "bench",
+    "roles",
 )
 
 
