@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import select
 import signal
 import subprocess
 import sys
@@ -41,17 +42,29 @@ def wait_for(pred: Callable[[], bool], timeout: float = 60.0, what: str = "condi
         time.sleep(interval)
 
 
-def spawn_worker(dsn: str, log_dir: Path, *args: str, ready: bool = True) -> subprocess.Popen[str]:
-    p = subprocess.Popen([sys.executable, str(FAULT_WORKER), dsn, "--log-dir", str(log_dir), *args],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+def spawn_worker(dsn: str, log_dir: Path, *args: str, ready: bool = True,
+                 timeout: float = 60.0) -> subprocess.Popen[str]:
+    """A fault_worker process; its stderr goes to a file (a full pipe would block its logging)."""
+    err_path = log_dir / f"worker-{time.monotonic_ns()}.err"
+    with err_path.open("w") as err_file:
+        p = subprocess.Popen(
+            [sys.executable, str(FAULT_WORKER), dsn, "--log-dir", str(log_dir), *args],
+            stdout=subprocess.PIPE, stderr=err_file, text=True, cwd=REPO)
+    p.err_path = err_path  # type: ignore[attr-defined]
     if ready:
         assert p.stdout is not None
-        line = p.stdout.readline()
+        got, _, _ = select.select([p.stdout], [], [], timeout)
+        line = p.stdout.readline() if got else ""
         if not line.startswith("READY"):
             p.kill()
-            _, err = p.communicate(timeout=10)
-            raise AssertionError(f"worker did not start: {line!r} {err[-2000:]}")
+            p.wait(10)
+            raise AssertionError(f"worker did not start: {line!r} {err_path.read_text()[-3000:]}")
     return p
+
+
+def worker_stderr(p: subprocess.Popen[str]) -> str:
+    path: Path = p.err_path  # type: ignore[attr-defined]
+    return path.read_text(errors="replace")
 
 
 def stop_worker(p: subprocess.Popen[str], timeout: float = 60.0) -> tuple[str, str]:
@@ -59,10 +72,11 @@ def stop_worker(p: subprocess.Popen[str], timeout: float = 60.0) -> tuple[str, s
     if p.poll() is None:
         p.send_signal(signal.SIGTERM)
     try:
-        return p.communicate(timeout=timeout)
+        out, _ = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         p.kill()
-        return p.communicate(timeout=10)
+        out, _ = p.communicate(timeout=10)
+    return out or "", worker_stderr(p)
 
 
 def stats(out: str) -> dict[str, int]:

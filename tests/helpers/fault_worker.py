@@ -94,6 +94,14 @@ def main() -> int:
         print("READY", worker.worker_id, flush=True)
 
     threading.Thread(target=announce, daemon=True).start()
+    parent = os.getppid()
+
+    def orphan_watch() -> None:  # a test that died (timeout) must not leave us running
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(3)
+
+    threading.Thread(target=orphan_watch, daemon=True).start()
     worker.run()
     s = worker.stats
     print(f"STATS done={s.done} retry={s.retry} failed={s.failed} lease_lost={s.lease_lost} "
