@@ -81,13 +81,6 @@ def pooler(dsn: str, tmp_path: Path) -> Iterator[str]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def server_sessions_via_pooler(dsn: str) -> int:
-    """Backends of our database that pgbouncer opened (application_name is not fairq's own)."""
-    return int(sql(dsn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND pid <> pg_backend_pid() AND backend_type = 'client backend' "
-                        "AND application_name NOT LIKE 'fairq-worker%%listen'")[0][0])
-
-
 def test_lifecycle_through_transaction_mode_pgbouncer(pooler: str, dsn: str) -> None:
     assert version() < (1, 21), "newer pgbouncer: add a max_prepared_statements variant"
     app = fairq.App(pooler, listen_dsn=dsn, prepare_threshold=None)
