@@ -32,6 +32,7 @@ def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStat
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.tenants RESTART IDENTITY")
             store.set_tenants([], defaults=(1.0, 10))
+            store.forget_claim_hints()
             self.model = QueueModel()
             self.attempts: dict[int, int] = {}
             self.config: dict[str, tuple[float, int]] = {}

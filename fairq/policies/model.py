@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 from fairq.policies.base import Policy
 
+STRAIGHT_TO_FALLBACK_CLAIMS = 16  # mirrors fairq.store.pg (the model must not import the store)
+
 
 @dataclass(eq=False)
 class ModelJob:
@@ -57,6 +59,7 @@ class QueueModel:
     queued: dict[int, ModelJob] = field(default_factory=dict)
     running: dict[int, ModelJob] = field(default_factory=dict)
     by_tenant: dict[str, list[ModelJob]] = field(default_factory=dict)
+    straight_to_fallback: dict[str, int] = field(default_factory=dict)
 
     # -- helpers -------------------------------------------------------------------------
     def _runnable(self) -> list[ModelTenant]:
@@ -140,15 +143,25 @@ class QueueModel:
     def _claim_fair(self, policy: Policy, batch: int, now: float) -> list[int]:
         # claim_fair: the first `batch` runnable tenants; then, if short, claim_fair_wait over
         # up to tenant_scan tenants for the rest (with one claimer nothing is ever skipped).
-        claimed = self._fair_pass(policy, batch, now, scan=batch, empties_before_last=False,
-                                  window=batch)
+        # Store.claim skips claim_fair for a while after it came back empty but the fallback
+        # did not (STRAIGHT_TO_FALLBACK_CLAIMS); the model keeps the same counter.
+        skip_first = self.straight_to_fallback.get(policy.name, 0) > 0
+        claimed: list[int] = []
+        if skip_first:
+            self.straight_to_fallback[policy.name] -= 1
+        else:
+            claimed = self._fair_pass(policy, batch, now, scan=batch, empties_before_last=False,
+                                      window=batch)
         if len(claimed) < batch:
-            rest = batch - len(claimed)
+            first = len(claimed)
+            rest = batch - first
             claimed += self._fair_pass(policy, rest, now, scan=self.tenant_scan,
                                        empties_before_last=True, window=rest)
             if not claimed:
                 claimed = self._fair_pass(policy, rest, now, scan=self.tenant_scan,
                                           empties_before_last=True, window=math.inf)
+            if not skip_first and first == 0 and claimed:
+                self.straight_to_fallback[policy.name] = STRAIGHT_TO_FALLBACK_CLAIMS
         return claimed
 
     def _fair_pass(self, policy: Policy, batch: int, now: float, *, scan: int,

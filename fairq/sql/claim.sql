@@ -195,9 +195,10 @@ WITH picked AS MATERIALIZED (
     SELECT q.id, q.tenant, q.priority, q.run_at
     FROM {schema}.jobs q
     WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.run_at <= now()
-      AND EXISTS (
-          SELECT 1 FROM {schema}.tenant_schedule ts
-          WHERE ts.queue = q.queue AND ts.tenant = q.tenant AND ts.running < ts.max_running)
+      -- A scalar subquery, not EXISTS: the planner cannot flatten it into a join that reads
+      -- and sorts the whole backlog; it stays a per-row probe under the ordered index scan.
+      AND (SELECT ts.running < ts.max_running FROM {schema}.tenant_schedule ts
+           WHERE ts.queue = q.queue AND ts.tenant = q.tenant)
     ORDER BY q.priority DESC, q.run_at, q.id
     LIMIT %(batch)s
     FOR UPDATE OF q SKIP LOCKED
