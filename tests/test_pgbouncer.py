@@ -72,7 +72,7 @@ def pooler(dsn: str, tmp_path: Path) -> Iterator[str]:
         wait_for(lambda: bool(sql(pooled, "SELECT 1")), timeout=30, what="pgbouncer")
         yield pooled
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # immediate shutdown (SIGINT waits for clients)
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
