@@ -64,7 +64,8 @@ def pooler(dsn: str, tmp_path: Path) -> Iterator[str]:
             shutil.chown(p, "postgres")
     cmd = [PGBOUNCER, str(ini)]
     if os.geteuid() == 0:
-        cmd = ["runuser", "-u", "postgres", "--", *cmd]  # pgbouncer refuses to run as root
+        # pgbouncer refuses to run as root; -u (not runuser) keeps our PID the pooler's own
+        cmd = [PGBOUNCER, "-u", "postgres", str(ini)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     params = dict(target, port=str(port))
     pooled = make_conninfo(**params)  # type: ignore[arg-type]
