@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import psycopg
+
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.store import Store
 
@@ -94,6 +96,31 @@ class Pruner:
         if n:
             log.info("pruner: deleted %d finished job(s) older than %ss", n, self.max_age)
         return n
+
+
+@dataclass
+class ScheduleVacuum:
+    """Keeps ``tenant_schedule`` small between autovacuum runs (R21): claims rewrite its rows.
+
+    VACUUM needs the table's owner: PostgreSQL skips the table with a warning for other roles,
+    and should it raise instead, the service logs once and stops trying; either way the table
+    is left to autovacuum.
+    """
+
+    store: Store
+    interval: float = 10.0
+    key: str = "vacuum_schedule"
+    disabled: bool = False
+
+    def run_once(self) -> int:
+        if self.disabled:
+            return 0
+        try:
+            self.store.vacuum_tenant_schedule()
+        except psycopg.errors.InsufficientPrivilege:
+            self.disabled = True
+            log.warning("cannot VACUUM tenant_schedule (not its owner): leaving it to autovacuum")
+        return 0
 
 
 class MaintenanceSchedule:

@@ -31,7 +31,15 @@ from psycopg_pool import PoolTimeout
 from fairq.errors import InvalidInput
 from fairq.job import Job
 from fairq.listener import Listener
-from fairq.maintenance import DueWaker, MaintenanceSchedule, Pruner, Reaper, Service, StrandedWaker
+from fairq.maintenance import (
+    DueWaker,
+    MaintenanceSchedule,
+    Pruner,
+    Reaper,
+    ScheduleVacuum,
+    Service,
+    StrandedWaker,
+)
 from fairq.models import ClaimedJob
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.policies import get_policy
@@ -118,6 +126,7 @@ class Worker:
         reap_interval: float = 5.0,
         wake_interval: float = 1.0,
         stranded_interval: float = 30.0,
+        vacuum_interval: float = 10.0,
         prune_after: float | None = None,
         prune_interval: float = 60.0,
         grace_period: float = 30.0,
@@ -132,6 +141,7 @@ class Worker:
         for label, value in (("poll_interval", poll_interval), ("reap_interval", reap_interval),
                              ("wake_interval", wake_interval),
                              ("stranded_interval", stranded_interval),
+                             ("vacuum_interval", vacuum_interval),
                              ("prune_interval", prune_interval)):
             if not value > 0:
                 raise InvalidInput(f"{label} must be > 0, not {value!r}")
@@ -161,6 +171,7 @@ class Worker:
         self.ready = threading.Event()  # set once the loop runs (and LISTEN is in effect)
 
         self._intervals = (reap_interval, wake_interval, stranded_interval)
+        self._vacuum_interval = vacuum_interval
         self._prune = (prune_after, prune_interval)
         self._store: Store | None = None
         self._lock = threading.Lock()
@@ -220,6 +231,7 @@ class Worker:
             Reaper(store, reap, self.observer),
             DueWaker(store, wake),
             StrandedWaker(store, stranded),
+            ScheduleVacuum(store, self._vacuum_interval),
         ]
         max_age, prune_interval = self._prune
         if max_age is not None:

@@ -295,3 +295,9 @@ RETURNING s.key;
 SELECT count(*) AS n FROM (
     SELECT 1 FROM {schema}.jobs
     WHERE queue = ANY(%(queues)s) AND status = 'queued' AND run_at <= now() LIMIT 1) s;
+
+-- name: vacuum_tenant_schedule
+-- Maintenance: every claim and finish rewrites a few schedule rows (vtime and running are
+-- indexed, so the updates cannot be HOT). The table is tiny and hot; a minute of autovacuum
+-- naptime lets it bloat to many times its size. SKIP_LOCKED: never wait behind anyone.
+VACUUM (SKIP_LOCKED) {schema}.tenant_schedule;

@@ -312,6 +312,11 @@ class Store:
             cur.execute(self.q("wake_stranded_tenants"))
             return len(cur.fetchall())
 
+    def vacuum_tenant_schedule(self) -> None:
+        """VACUUM the scheduler's hot table (needs its ownership; outside any transaction)."""
+        with self.pool.connection() as conn:
+            conn.execute(self.q("vacuum_tenant_schedule"), prepare=False)
+
     def maintenance_due(self, key: str, interval: float) -> bool:
         """True for exactly one caller per ``interval`` seconds and ``key``."""
         with self._tx() as cur:
