@@ -42,6 +42,10 @@ WIDE_WINDOW = 1e300  # a virtual-time window that admits every runnable tenant
 # fairq's statements are planned once: their generic plans have the same guarded shapes
 # (tests/test_claim_plans.py) and skip the 1-2 ms of planning a custom plan costs per claim.
 PLAN_CACHE_MODE = "force_generic_plan"
+# ...and those plans must not depend on how big the hot tenant_schedule table was when they
+# were made: a plan cached while it had one page would seq-scan it forever after, however much
+# it grows between vacuums. Every fairq statement has an index path.
+ENABLE_SEQSCAN = "off"
 STRAIGHT_TO_FALLBACK_CLAIMS = 16  # claims that skip a first statement that just came back empty
 
 
@@ -108,7 +112,8 @@ class Store:
         if not pooler:
             kwargs["options"] = (f"-c statement_timeout={int(statement_timeout_ms)} "
                                  f"-c lock_timeout={int(lock_timeout_ms)} "
-                                 f"-c plan_cache_mode={PLAN_CACHE_MODE}")
+                                 f"-c plan_cache_mode={PLAN_CACHE_MODE} "
+                                 f"-c enable_seqscan={ENABLE_SEQSCAN}")
         self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn,
             min_size=min_size,
@@ -152,8 +157,10 @@ class Store:
                 if self.pooler:
                     cur.execute(
                         "SELECT set_config('statement_timeout', %s, true), "
-                        "set_config('lock_timeout', %s, true), set_config('plan_cache_mode', %s, true)",
-                        (str(self.statement_timeout_ms), str(self.lock_timeout_ms), PLAN_CACHE_MODE),
+                        "set_config('lock_timeout', %s, true), set_config('plan_cache_mode', %s, true), "
+                        "set_config('enable_seqscan', %s, true)",
+                        (str(self.statement_timeout_ms), str(self.lock_timeout_ms), PLAN_CACHE_MODE,
+                         ENABLE_SEQSCAN),
                     )
                 yield cur
 
