@@ -17,6 +17,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from fairq.store.pg import planner_options
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import claim_plans as cp
@@ -47,9 +49,12 @@ def sized(admin_dsn: str, template_db: str) -> Iterator[dict[int, str]]:
             drop_database(admin_dsn, name)
 
 
-def _explain(dsn: str, statement: str, policy: str, settings: dict[str, str] | None = None
-             ) -> dict[str, cp.PlanSummary]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
+def _explain(dsn: str, statement: str, policy: str, settings: dict[str, str] | None = None,
+             fairq_session: bool = True) -> dict[str, cp.PlanSummary]:
+    # Explained under the planner settings fairq's own sessions run with (Store), unless the
+    # test needs a plain session (whose first execution does not cache a generic plan).
+    options = planner_options() if fairq_session else ""
+    with psycopg.connect(dsn, autocommit=True, options=options) as conn:
         plans = cp.explain_case(conn, statement, policy, batch=BATCH, settings=settings)
     return {mode: summary for mode, (_doc, summary) in plans.items()}
 
@@ -98,7 +103,8 @@ def test_guard_fails_on_a_scanning_plan(sized: dict[int, str]) -> None:
     Run on the 10-tenant database (100,000 finished jobs): a per-row tenant probe without
     indexes over 100,000 tenants would take minutes."""
     scan = _explain(sized[SMALL], "claim_fifo", "fifo",
-                    {"enable_indexscan": "off", "enable_indexonlyscan": "off", "enable_bitmapscan": "off"})
+                    {"enable_indexscan": "off", "enable_indexonlyscan": "off", "enable_bitmapscan": "off"},
+                    fairq_session=False)
     small = _explain(sized[SMALL], "claim_fifo", "fifo")
     for mode in ("custom", "generic"):
         assert any("jobs" in x for x in scan[mode].seq_scans), scan[mode]

@@ -3,9 +3,15 @@
 -- name: stats_timeouts
 -- The stats query scans the jobs table: bound it so it can never become a long transaction
 -- (R20) on a big or busy queue.
+-- It aggregates over whole tables, so it also gets the planner's defaults back: fairq's own
+-- sessions turn off seq scans, hash and merge joins for the short claim-path statements.
 SELECT set_config('statement_timeout', %(timeout_ms)s::text, true),
        set_config('lock_timeout', '1000', true),
-       set_config('transaction_read_only', 'on', true);
+       set_config('transaction_read_only', 'on', true),
+       set_config('enable_seqscan', 'on', true),
+       set_config('enable_hashjoin', 'on', true),
+       set_config('enable_mergejoin', 'on', true),
+       set_config('plan_cache_mode', 'auto', true);
 
 -- name: tenant_stats
 -- One row per (queue, tenant) with jobs or scheduling state. claim_share is the tenant's share

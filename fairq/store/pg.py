@@ -42,11 +42,22 @@ WIDE_WINDOW = 1e300  # a virtual-time window that admits every runnable tenant
 # fairq's statements are planned once: their generic plans have the same guarded shapes
 # (tests/test_claim_plans.py) and skip the 1-2 ms of planning a custom plan costs per claim.
 PLAN_CACHE_MODE = "force_generic_plan"
-# ...and those plans must not depend on how big the hot tenant_schedule table was when they
-# were made: a plan cached while it had one page would seq-scan it forever after, however much
-# it grows between vacuums. Every fairq statement has an index path.
-ENABLE_SEQSCAN = "off"
+# ...and those plans must not depend on row estimates a generic plan cannot have (how many
+# rows a CTE yields, how big the hot tenant_schedule was when the plan was cached): every fairq
+# statement joins a batch-sized set to an indexed table, so nested loops over index probes are
+# always right, while a hash or merge join, or a seq scan, reads the whole table. (fairq stats
+# and the exporter, which aggregate whole tables, restore the planner defaults.)
+# JIT off too: its compile time (tens of ms) dwarfs a 1 ms claim, and the disabled paths'
+# cost penalties would otherwise push a plan's estimate over jit_above_cost.
+PLANNER_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
+                    "jit": "off"}
 STRAIGHT_TO_FALLBACK_CLAIMS = 16  # claims that skip a first statement that just came back empty
+
+
+def planner_options() -> str:
+    """The libpq ``options`` that give a session fairq's planner settings (tests explain with it)."""
+    settings = {"plan_cache_mode": PLAN_CACHE_MODE, **PLANNER_SETTINGS}
+    return " ".join(f"-c {k}={v}" for k, v in settings.items())
 
 
 def channel_for(schema: str) -> str:
@@ -111,9 +122,7 @@ class Store:
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
         if not pooler:
             kwargs["options"] = (f"-c statement_timeout={int(statement_timeout_ms)} "
-                                 f"-c lock_timeout={int(lock_timeout_ms)} "
-                                 f"-c plan_cache_mode={PLAN_CACHE_MODE} "
-                                 f"-c enable_seqscan={ENABLE_SEQSCAN}")
+                                 f"-c lock_timeout={int(lock_timeout_ms)} " + planner_options())
         self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn,
             min_size=min_size,
@@ -158,9 +167,11 @@ class Store:
                     cur.execute(
                         "SELECT set_config('statement_timeout', %s, true), "
                         "set_config('lock_timeout', %s, true), set_config('plan_cache_mode', %s, true), "
-                        "set_config('enable_seqscan', %s, true)",
+                        "set_config('enable_seqscan', %s, true), set_config('enable_hashjoin', %s, true), "
+                        "set_config('enable_mergejoin', %s, true), set_config('jit', %s, true)",
                         (str(self.statement_timeout_ms), str(self.lock_timeout_ms), PLAN_CACHE_MODE,
-                         ENABLE_SEQSCAN),
+                         PLANNER_SETTINGS["enable_seqscan"], PLANNER_SETTINGS["enable_hashjoin"],
+                         PLANNER_SETTINGS["enable_mergejoin"], PLANNER_SETTINGS["jit"]),
                     )
                 yield cur
 
