@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -13,28 +13,17 @@ from sqlalchemy.orm import Session
 
 import fairq
 from fairq.config import sqlalchemy_url
-from fairq.models import ClaimedJob
+from fairq.observe import NullObserver
 
 
-class Recorder:
+class Recorder(NullObserver):
+    """Counts enqueues; every other hook is the null observer's."""
+
     def __init__(self) -> None:
         self.enqueued: dict[tuple[str, str], int] = {}
 
     def on_enqueue(self, queue: str, tenant: str, count: int) -> None:
         self.enqueued[(queue, tenant)] = self.enqueued.get((queue, tenant), 0) + count
-
-    def on_claim(self, queue: str, policy: str, result: str, seconds: float,
-                 jobs: Sequence[ClaimedJob]) -> None:
-        pass
-
-    def on_finish(self, job: ClaimedJob, outcome: str, run_seconds: float) -> None:
-        pass
-
-    def on_reap(self, queue: str, expired: int) -> None:
-        pass
-
-    def on_loop(self, healthy: bool) -> None:
-        pass
 
 
 @pytest.fixture
