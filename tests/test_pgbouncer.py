@@ -84,7 +84,7 @@ def pooler(dsn: str, tmp_path: Path) -> Iterator[str]:
 
 def test_lifecycle_through_transaction_mode_pgbouncer(pooler: str, dsn: str) -> None:
     assert version() < (1, 21), "newer pgbouncer: add a max_prepared_statements variant"
-    app = fairq.App(pooler, listen_dsn=dsn, prepare_threshold=None)
+    app = fairq.App(pooler, listen_dsn=dsn, prepare_threshold=None, pooler=True)
     seen: list[int] = []
     attempts: dict[int, int] = {}
     lock = threading.Lock()

@@ -138,7 +138,7 @@ class Store:
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         # Behind a pooler this lands on whichever server connection serves it: it only labels.
-        conn.execute("SELECT set_config('application_name', %s, false)", (self.application_name,))
+        conn.execute(self.q("label_session"), {"name": self.application_name})
 
     def close(self) -> None:
         self.pool.close()
@@ -164,15 +164,10 @@ class Store:
                 return
             with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
                 if self.pooler:
-                    cur.execute(
-                        "SELECT set_config('statement_timeout', %s, true), "
-                        "set_config('lock_timeout', %s, true), set_config('plan_cache_mode', %s, true), "
-                        "set_config('enable_seqscan', %s, true), set_config('enable_hashjoin', %s, true), "
-                        "set_config('enable_mergejoin', %s, true), set_config('jit', %s, true)",
-                        (str(self.statement_timeout_ms), str(self.lock_timeout_ms), PLAN_CACHE_MODE,
-                         PLANNER_SETTINGS["enable_seqscan"], PLANNER_SETTINGS["enable_hashjoin"],
-                         PLANNER_SETTINGS["enable_mergejoin"], PLANNER_SETTINGS["jit"]),
-                    )
+                    cur.execute(self.q("transaction_settings"), {
+                        "statement_timeout": str(self.statement_timeout_ms),
+                        "lock_timeout": str(self.lock_timeout_ms),
+                        "plan_cache_mode": PLAN_CACHE_MODE, **PLANNER_SETTINGS})
                 yield cur
 
     # -- producers ----------------------------------------------------------------------

@@ -1,0 +1,17 @@
+-- Settings of fairq's own sessions. On a direct connection the same settings are given once
+-- at connect time (libpq options, see fairq.store.pg.planner_options).
+
+-- name: label_session
+-- Behind a pooler this lands on whichever server connection serves it: it only labels.
+SELECT set_config('application_name', %(name)s, false);
+
+-- name: transaction_settings
+-- Behind a transaction-mode pooler session state does not stick to a server connection, so
+-- every transaction sets the timeouts and planner settings for itself (SET LOCAL semantics).
+SELECT set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config('lock_timeout', %(lock_timeout)s, true),
+       set_config('plan_cache_mode', %(plan_cache_mode)s, true),
+       set_config('enable_seqscan', %(enable_seqscan)s, true),
+       set_config('enable_hashjoin', %(enable_hashjoin)s, true),
+       set_config('enable_mergejoin', %(enable_mergejoin)s, true),
+       set_config('jit', %(jit)s, true);
