@@ -167,12 +167,15 @@ def _sampler(dsn: str, data: RunData, explain: Callable[[psycopg.Connection[Any]
         except psycopg.Error as exc:  # a timed-out sample is skipped, not fatal
             data.notes.append(f"explain sample skipped: {type(exc).__name__}")
 
+    def sample_locks() -> None:
+        row = conn.execute(SQL["lock_sample"]).fetchone()
+        if row is not None:
+            data.lock_samples.append((int(row[0]), int(row[1]), int(row[2])))
+
     def loop() -> None:
         next_explain = time.monotonic() + EXPLAIN_EVERY_S
         while not stop.wait(SAMPLE_EVERY_S):
-            row = conn.execute(SQL["lock_sample"]).fetchone()
-            if row is not None:
-                data.lock_samples.append((int(row[0]), int(row[1]), int(row[2])))
+            sample_locks()
             if time.monotonic() >= next_explain:
                 sample_now()
                 next_explain = time.monotonic() + EXPLAIN_EVERY_S
@@ -181,6 +184,7 @@ def _sampler(dsn: str, data: RunData, explain: Callable[[psycopg.Connection[Any]
 
     def start() -> None:
         sample_now()  # one sample before release, while the whole backlog is queued
+        sample_locks()  # and one lock sample, so a run shorter than the interval still has one
         thread.start()
 
     try:
