@@ -45,8 +45,9 @@ PLAN_CACHE_MODE = "force_generic_plan"
 # ...and those plans must not depend on row estimates a generic plan cannot have (how many
 # rows a CTE yields, how big the hot tenant_schedule was when the plan was cached): every fairq
 # statement joins a batch-sized set to an indexed table, so nested loops over index probes are
-# always right, while a hash or merge join, or a seq scan, reads the whole table. (fairq stats
-# and the exporter, which aggregate whole tables, restore the planner defaults.)
+# always right, while a hash or merge join, or a seq scan, reads the whole table. (fairq stats,
+# which aggregates whole tables, restores the defaults in its transaction; the exporter and the
+# probe use connections of their own.)
 # JIT off too: its compile time (tens of ms) dwarfs a 1 ms claim, and the disabled paths'
 # cost penalties would otherwise push a plan's estimate over jit_above_cost.
 PLANNER_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
