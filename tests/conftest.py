@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,15 +22,6 @@ from fairq import migrate
 from fairq.store import Store
 
 SCHEMA = "fairq"
-
-
-def _admin_dsn(tmp_factory: pytest.TempPathFactory) -> str:
-    if os.environ.get("FAIRQ_TEST_EMBEDDED") == "1":
-        from fairq import embedded
-
-        home = Path(os.environ.get("FAIRQ_TEST_EMBEDDED_HOME") or tmp_factory.mktemp("embedded"))
-        return embedded.ensure_server(home)
-    return os.environ.get("FAIRQ_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 def dsn_for_db(admin_dsn: str, dbname: str) -> str:
@@ -57,13 +50,27 @@ def drop_database(admin_dsn: str, name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    dsn = _admin_dsn(tmp_path_factory)
-    yield dsn
-    if os.environ.get("FAIRQ_TEST_EMBEDDED") == "1" and not os.environ.get("FAIRQ_TEST_EMBEDDED_HOME"):
-        from fairq import embedded
+def admin_dsn() -> Iterator[str]:
+    """The server the tests create their databases on: the system PostgreSQL, or with
+    ``FAIRQ_TEST_EMBEDDED=1`` an embedded PostgreSQL 18 started for this session and stopped
+    after it (``FAIRQ_TEST_EMBEDDED_HOME`` reuses one you keep)."""
+    if os.environ.get("FAIRQ_TEST_EMBEDDED") != "1":
+        yield os.environ.get("FAIRQ_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+        return
+    from fairq import embedded
 
-        embedded.stop_server(Path(str(tmp_path_factory.getbasetemp())) / "embedded0")
+    given = os.environ.get("FAIRQ_TEST_EMBEDDED_HOME")
+    # As root the server runs as its own unprivileged user, which must be able to enter the
+    # folder: pytest's temporary folders are private to root, so make one under /var/tmp.
+    home = Path(given) if given else Path(tempfile.mkdtemp(prefix="fairq-test-pg-", dir="/var/tmp"))
+    if not given:
+        home.chmod(0o755)
+    try:
+        yield embedded.ensure_server(home)
+    finally:
+        if not given:
+            embedded.stop_server(home)
+            shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
