@@ -148,13 +148,20 @@ empties AS (
           WHERE q.queue = %(queue)s AND q.tenant = c.tenant
             AND q.status = 'queued' AND q.run_at <= now())
 ),
+-- The tenants to lock, materialized: a row lock that had to wait rechecks the locking query
+-- for the new row version (EvalPlanQual), and a recheck that re-ran CTE scans over picked and
+-- cand (an IN over them, or an inlined UNION ALL) dropped every waited-for tenant but the first,
+-- so a claim that queued on held rows came back with one tenant's jobs instead of its batch.
+-- A materialized CTE is rechecked from its saved row (like fifo's inlined need).
+lockset AS MATERIALIZED (
+    SELECT nd.tenant, nd.n FROM need nd
+    UNION ALL SELECT e.tenant, NULL::bigint FROM empties e
+),
 locked AS MATERIALIZED (
-    SELECT ts.tenant, nd.n IS NULL AS is_empty,
-           least(coalesce(nd.n, 0), ts.max_running - ts.running) AS granted_n
-    FROM {schema}.tenant_schedule ts
-    LEFT JOIN need nd ON nd.tenant = ts.tenant
-    WHERE ts.queue = %(queue)s
-      AND ts.tenant IN (SELECT tenant FROM need UNION ALL SELECT tenant FROM empties)
+    SELECT ts.tenant, w.n IS NULL AS is_empty,
+           least(coalesce(w.n, 0), ts.max_running - ts.running) AS granted_n
+    FROM lockset w
+    JOIN {schema}.tenant_schedule ts ON ts.queue = %(queue)s AND ts.tenant = w.tenant
     ORDER BY ts.tenant
     FOR UPDATE OF ts
 ),
