@@ -563,14 +563,14 @@ def test_metrics_max_tenants_valid_values(monkeypatch: pytest.MonkeyPatch) -> No
                   min_size=8, max_size=30),
        form=st.sampled_from(["url", "kv", "kvq", "query"]))
 def test_redact_hides_any_password(pw: str, form: str) -> None:
+    pw = "X9" + pw  # cannot occur in the rest of the DSN by chance (nor be a key, like "password")
     dsn = {
         "url": f"postgresql://user:{pw}@db.example:5432/app",
         "kv": f"host=db.example user=u password={pw} dbname=app",
         "kvq": f"host=db.example password='{pw}' dbname=app",
         "query": f"postgresql://user@db.example/app?password={pw}&sslmode=require",
     }[form]
-    pw = "X9" + pw  # cannot occur in the rest of the DSN by chance
-    assert pw not in redact(dsn.replace(pw[2:], pw, 1))
+    assert pw not in redact(dsn)
 
 
 def test_worker_logs_and_metrics_never_show_the_password(caplog: pytest.LogCaptureFixture) -> None:
