@@ -32,18 +32,26 @@ def name(kind: str, value: Any) -> str:
     return value
 
 
+# What json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":")) uses,
+# made once: json.dumps builds a new encoder on every call that passes options.
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
 def payload(value: Any) -> str:
     """Encode a payload as JSON text; refuse what jsonb cannot store or what is too big."""
     try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload is not JSON-serialisable: {exc}") from None
     if "\\u0000" in text:
         raise InvalidInput("payload must not contain NUL characters (jsonb cannot store them)")
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidInput("payload contains invalid Unicode (lone surrogate)") from None
+    if text.isascii():  # the common case: one byte a character, no surrogate
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidInput("payload contains invalid Unicode (lone surrogate)") from None
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidInput(f"payload is {size} bytes as JSON; the limit is {MAX_PAYLOAD_BYTES}")
     return text
