@@ -5,7 +5,8 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fairq import validation as v
 from fairq.config import resolve_dsn, resolve_schema
 from fairq.errors import InvalidInput
-from fairq.models import JobInfo, NewJob, TenantConfig
+from fairq.models import JobInfo, NewJob, NewJobColumns, TenantConfig
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.store import Store
 
@@ -236,19 +237,34 @@ class App:
         connection: Any = None,
     ) -> list[int]:
         """Enqueue ``(tenant, payload)`` pairs: one round trip per chunk of 5,000, all validated first."""
-        jobs: Sequence[NewJob] = [
-            self._new_job(task, tenant, payload, run_at=run_at, delay=delay, priority=priority,
-                          cost=cost, queue=queue)
-            for tenant, payload in items
-        ]
-        if not jobs:
+        pairs = iter(items)
+        first_pair = next(pairs, None)
+        if first_pair is None:
             return []
+        # The first job goes through every check (so errors come in enqueue's order); the rest
+        # share its task, queue and options and differ only in tenant and payload.
+        tenant0, payload0 = first_pair
+        first = self._new_job(task, tenant0, payload0, run_at=run_at, delay=delay,
+                              priority=priority, cost=cost, queue=queue)
+        tenants = [first.tenant]
+        payloads = [first.payload_json]
+        valid_tenants = {first.tenant}
+        check_name, check_payload = v.name, v.payload
+        for tenant, payload in pairs:
+            if type(tenant) is not str or tenant not in valid_tenants:
+                valid_tenants.add(check_name("tenant", tenant))
+            tenants.append(tenant)
+            payloads.append(check_payload({} if payload is None else payload))
+        n = len(tenants)
+        jobs = NewJobColumns(
+            tasks=[first.task] * n, tenants=tenants, payloads_json=payloads,
+            queues=[first.queue] * n, priorities=[first.priority] * n, costs=[first.cost] * n,
+            run_ats=[first.run_at] * n, delays=[first.delay] * n,
+            max_attempts=[first.max_attempts] * n, lease_seconds=[first.lease_seconds] * n,
+        )
         ids = self.store.enqueue(jobs, connection=connection)
-        per: dict[tuple[str, str], int] = {}
-        for j in jobs:
-            per[(j.queue, j.tenant)] = per.get((j.queue, j.tenant), 0) + 1
-        for (q, t), n in per.items():
-            self.observer.on_enqueue(q, t, n)
+        for t, count in Counter(tenants).items():
+            self.observer.on_enqueue(first.queue, t, count)
         return ids
 
     # -- jobs ----------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,48 @@ class NewJob:
     delay: float | None = None
     max_attempts: int = 5
     lease_seconds: int = 300
+
+
+@dataclass(frozen=True, slots=True)
+class NewJobColumns:
+    """Validated jobs as columns, one list per field, all of one length: what the store sends.
+
+    ``App.enqueue_many`` builds it directly (its jobs share everything but tenant and payload),
+    so a bulk enqueue makes no per-job object; ``of`` turns ``NewJob``s into it.
+    """
+
+    tasks: Sequence[str]
+    tenants: Sequence[str]
+    payloads_json: Sequence[str]
+    queues: Sequence[str]
+    priorities: Sequence[int]
+    costs: Sequence[float]
+    run_ats: Sequence[datetime | None]
+    delays: Sequence[float | None]
+    max_attempts: Sequence[int]
+    lease_seconds: Sequence[int]
+
+    @classmethod
+    def of(cls, jobs: Sequence[NewJob]) -> NewJobColumns:
+        return cls(
+            tasks=[j.task for j in jobs],
+            tenants=[j.tenant for j in jobs],
+            payloads_json=[j.payload_json for j in jobs],
+            queues=[j.queue for j in jobs],
+            priorities=[j.priority for j in jobs],
+            costs=[j.cost for j in jobs],
+            run_ats=[j.run_at for j in jobs],
+            delays=[j.delay for j in jobs],
+            max_attempts=[j.max_attempts for j in jobs],
+            lease_seconds=[j.lease_seconds for j in jobs],
+        )
+
+    def __len__(self) -> int:
+        return len(self.tenants)
+
+    def chunk(self, start: int, stop: int) -> NewJobColumns:
+        """Rows ``start`` to ``stop`` (exclusive)."""
+        return NewJobColumns(*(getattr(self, f.name)[start:stop] for f in fields(self)))
 
 
 @dataclass(frozen=True, slots=True)

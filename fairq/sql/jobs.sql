@@ -12,9 +12,9 @@
 -- own past is dropped: idle time banks no credit and no debt, and an idle queue starts afresh.
 WITH input AS (
     SELECT * FROM unnest(
-        %(queues)s::text[], %(tenants)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[],
-        %(priorities)s::smallint[], %(costs)s::float8[], %(run_ats)s::timestamptz[],
-        %(max_attempts)s::int[], %(leases)s::int[], %(delays)s::float8[]
+        %(queues)b::text[], %(tenants)b::text[], %(tasks)b::text[], %(payloads)b::text[]::jsonb[],
+        %(priorities)b::smallint[], %(costs)b::float8[], %(run_ats)b::timestamptz[],
+        %(max_attempts)b::int[], %(leases)b::int[], %(delays)b::float8[]
     ) WITH ORDINALITY AS i(queue, tenant, task, payload, priority, cost, run_at,
                            max_attempts, lease_seconds, delay, ord)
 ),
