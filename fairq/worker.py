@@ -1,10 +1,12 @@
 """The worker runtime: claim under a policy, run handlers in slots, finish with fencing.
 
-One control thread (the caller of ``run()``) owns every database round trip of the loop:
-finishing completed jobs in batches, heartbeating leases, maintenance, and claiming no more
-jobs than there are free slots. Handlers run outside any transaction (R6): sync ones on slot
-threads, ``async def`` ones on one event-loop thread. A crash between a handler's return and
-its batched finish only makes the job run again after its lease expires, never lost.
+One control thread (the caller of ``run()``) claims no more jobs than there are free slots,
+heartbeats leases and runs maintenance. A finisher thread writes completed jobs in batches on
+its own connection, so a finish overlaps the next claim instead of delaying it: with short
+jobs the loop's round trips are then claims only. Handlers run outside any transaction (R6):
+sync ones on slot threads, ``async def`` ones on one event-loop thread. A crash between a
+handler's return and its batched finish only makes the job run again after its lease
+expires, never lost.
 """
 
 from __future__ import annotations
@@ -182,6 +184,10 @@ class Worker:
         self._poll_now = True
         self._inflight: dict[tuple[int, int], _Running] = {}
         self._completions: list[_Completion] = []
+        self._finishing = 0  # completions taken by a finish that has not returned yet
+        self._finish_wake = threading.Event()
+        self._finisher: threading.Thread | None = None
+        self._finisher_exit = threading.Event()
         self._pending: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
         self._slots: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -261,6 +267,9 @@ class Worker:
             t = threading.Thread(target=self._slot, name=f"fairq-slot-{i}", daemon=True)
             t.start()
             self._slots.append(t)
+        self._finisher = threading.Thread(target=self._finish_loop, name="fairq-finisher",
+                                          daemon=True)
+        self._finisher.start()
         if any(t.is_async for t in self.app.tasks.values()):
             self._async_loop()
         if self.listen:
@@ -281,6 +290,11 @@ class Worker:
     def _shutdown_threads(self) -> None:
         if self._listener is not None:
             self._listener.stop()
+        if self._finisher is not None:
+            self._finisher_exit.set()
+            self._finish_wake.set()
+            self._finisher.join(timeout=5.0)
+            self._finisher = None
         for _ in self._slots:
             self._pending.put(None)
         for t in self._slots:
@@ -338,7 +352,8 @@ class Worker:
             if self._inflight.pop((job.id, job.attempt), None) is None:
                 return  # abandoned after the grace period: already handed back
             self._completions.append(_Completion(job, error, seconds, retry_delay))
-        self._wake.set()
+        self._finish_wake.set()
+        self._wake.set()  # a slot is free
 
     def _dispatch(self, store: Store, claimed: Sequence[ClaimedJob]) -> None:
         now = time.monotonic()
@@ -372,7 +387,6 @@ class Worker:
                 self._poll_now = False
                 busy = bool(self._inflight or self._hot)
             try:
-                self._finish_completions(store)
                 self._heartbeat(store, now)
                 if (busy or poll) and schedule.run_due():
                     poll = True  # reaped or woken: there may be work now
@@ -417,7 +431,7 @@ class Worker:
     def _wait(self, schedule: MaintenanceSchedule, next_poll: float) -> None:
         with self._lock:
             free = self.concurrency - len(self._inflight)
-            if (self._hot and free > 0) or self._completions or self._poll_now:
+            if (self._hot and free > 0) or self._poll_now:
                 return
             deadlines = [next_poll]
             if self._inflight:
@@ -469,7 +483,7 @@ class Worker:
 
     def _drained(self, store: Store, claimed: int, poll: bool) -> bool:
         with self._lock:
-            if claimed or not poll or self._inflight or self._completions:
+            if claimed or not poll or self._inflight or self._completions or self._finishing:
                 return False
         if not store.runnable_exists(self.queues):
             return True
@@ -483,9 +497,37 @@ class Worker:
                  self.worker_id)
         return True
 
+    def _finish_loop(self) -> None:
+        """The finisher thread: write completions as they come, until the threads shut down.
+
+        The graceful-stop path may finish on the control thread too: each call takes its own
+        completions under the lock, and finishes are fenced, so the two never write one twice.
+        """
+        store = self.store
+        failures = 0
+        while not self._finisher_exit.is_set():
+            self._finish_wake.wait()
+            self._finish_wake.clear()
+            try:
+                self._finish_completions(store)
+                failures = 0
+            except (psycopg.Error, PoolTimeout) as e:
+                failures += 1
+                self.stats.db_errors += 1
+                delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 12)) * random.uniform(0.5, 1)
+                log.warning("finishing jobs failed (%s: %s); retrying in %.2fs",
+                            type(e).__name__, str(e).strip()[:200], delay)
+                self._finish_wake.set()
+                self._finisher_exit.wait(delay)
+            except Exception:  # a bug (ours or an observer's) must not stop finishing
+                log.exception("finisher error; retrying in 1s")
+                self._finish_wake.set()
+                self._finisher_exit.wait(1.0)
+
     def _finish_completions(self, store: Store) -> None:
         with self._lock:
             batch, self._completions = self._completions, []
+            self._finishing += len(batch)
         if not batch:
             return
         try:
@@ -494,6 +536,9 @@ class Worker:
             with self._lock:  # not written: keep them for the next try (fenced, so idempotent)
                 self._completions[:0] = batch
             raise
+        finally:
+            with self._lock:
+                self._finishing -= len(batch)
 
     def _finish(self, store: Store, batch: list[_Completion]) -> None:
         done = [c for c in batch if c.error is None]
@@ -524,6 +569,7 @@ class Worker:
             self.observer.on_finish(c.job.claimed, outcome, c.run_seconds)
         with self._lock:  # their tenants' slots are free again: worth a claim
             self._hot.update(c.job.queue for c in batch)
+        self._wake.set()
 
     def _count(self, outcome: str) -> None:
         s = self.stats
@@ -570,7 +616,7 @@ class Worker:
         while True:
             self._retry_until(deadline, lambda: self._finish_and_heartbeat(store))
             with self._lock:
-                if not self._inflight and not self._completions:
+                if not self._inflight and not self._completions and not self._finishing:
                     return
                 next_hb = min((r.next_extend for r in self._inflight.values()),
                               default=deadline)

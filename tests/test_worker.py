@@ -500,3 +500,42 @@ def test_listener_relistens_after_reconnect(app: fairq.App, dsn: str) -> None:
     assert done.acquire(timeout=60), "no wake-up after the listener reconnected"
     w.stop()
     th.join(20)
+
+
+def test_a_stuck_finish_does_not_stop_claiming(app: fairq.App, dsn: str) -> None:
+    """Finishes are written by their own thread: while tenant a's finish waits on a lock held
+    elsewhere, the claimer keeps running tenant b's jobs; a's job is done once the lock goes."""
+    ran: list[str] = []
+    lock = threading.Lock()
+    inside, release = threading.Event(), threading.Event()
+
+    @app.task(name="t")
+    def t(job: fairq.Job) -> None:
+        if job.tenant == "a":
+            inside.set()
+            release.wait(30)
+        with lock:
+            ran.append(job.tenant)
+
+    rec = Recorder()
+    app.enqueue("t", tenant="a")
+    w = app.worker(concurrency=2, policy=POLICY, poll_interval=0.2, observer=rec)
+    th = start(w)
+    with psycopg.connect(dsn) as blocker:
+        try:
+            assert inside.wait(30)
+            blocker.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'a' FOR UPDATE")
+            release.set()  # a's finish now waits on the held row
+            rec.wait_for(lambda r: ran.count("a") == 1)
+            app.enqueue_many("t", [("b", {}) for _ in range(5)])
+            rec.wait_for(lambda r: ran.count("b") == 5)  # claimed and run meanwhile
+            # Their finishes share the finisher's batch with a's, which still waits.
+            assert not any(f[2] == "done" for f in rec.finishes)
+            blocker.rollback()
+            rec.wait_for(lambda r: sum(1 for f in r.finishes if f[2] == "done") == 6)
+        finally:
+            release.set()
+            blocker.rollback()
+            w.stop()
+            th.join(30)
+    assert statuses(dsn) == {"done": 6}
