@@ -12,8 +12,9 @@ drift hits every policy alike; figures are medians over repeats, and the ratio i
 against fifo's median in the same run.
 
 Reported per (tenants, policy): jobs/s, ratio to fifo, empty claims while work was runnable
-(the backlog never runs dry during a round), how often the fallback statement ran, p50/p99
-claim latency (both round trips), and per claim statement the planning and execution time:
+(the backlog never runs dry during a round), how often the fallback statement ran, the share
+of claims that started with the contended statement, p50/p99 claim latency (all round trips),
+and per claim statement the planning and execution time:
 EXPLAIN ANALYZE samples of the prepared statement as custom and generic plan and, with
 ``--private-cluster`` (pg_stat_statements loaded, track_planning on), what the workers' own
 executions cost. A second table compares throughput with plans forced custom vs generic.
@@ -52,6 +53,7 @@ from fairq.store import Store
 POLICIES = ("fifo", "round_robin", "weighted", "drr")
 # Substrings that tell the claim statements apart in pg_stat_statements' normalised text.
 PGSS_MARKS = {
+    "claim_fair_greedy": "NOT EXISTS (SELECT FROM free)",
     "claim_fair_wait": "AS ord",
     "claim_fair": "FOR UPDATE OF ts SKIP LOCKED",
     "claim_fifo": "WHERE ts.queue = q.queue AND ts.tenant = q.tenant",
@@ -80,6 +82,7 @@ class Round:
     empty: int
     fallbacks: int
     latencies_ms: list[float] = field(default_factory=list)
+    contended: int = 0  # claims that started with the contended statement (claim_fair_greedy)
 
     @property
     def rate(self) -> float:
@@ -100,6 +103,7 @@ def run_round(stores: list[CountingStore], policy: str, queue: str, jobs: int, b
     state = {"claimed": 0, "claims": 0, "empty": 0}
     lats: list[list[float]] = [[] for _ in stores]
     before = [s.used[pol.fallback] if pol.fallback else 0 for s in stores]
+    before_c = [s.used[pol.contended] if pol.contended else 0 for s in stores]
     start = threading.Barrier(len(stores) + 1)
 
     errors: list[BaseException] = []
@@ -138,8 +142,10 @@ def run_round(stores: list[CountingStore], policy: str, queue: str, jobs: int, b
         raise errors[0]
     fallbacks = sum((s.used[pol.fallback] if pol.fallback else 0) - b
                     for s, b in zip(stores, before, strict=True))
+    contended = sum((s.used[pol.contended] if pol.contended else 0) - b
+                    for s, b in zip(stores, before_c, strict=True))
     return Round(policy, state["claimed"], elapsed, state["claims"], state["empty"], fallbacks,
-                 [x for li in lats for x in li])
+                 [x for li in lats for x in li], contended)
 
 
 @contextmanager
@@ -237,6 +243,7 @@ def summarise(rounds: list[Round]) -> dict[str, dict[str, float]]:
             "claims": claims,
             "empty_ratio": sum(r.empty for r in rs) / claims if claims else 0.0,
             "fallback_ratio": sum(r.fallbacks for r in rs) / claims if claims else 0.0,
+            "contended_ratio": sum(r.contended for r in rs) / claims if claims else 0.0,
             "p50_ms": pct(lats, 0.50),
             "p99_ms": pct(lats, 0.99),
         }
@@ -268,7 +275,8 @@ def bench_size(dsn: str, tenants: int, policies: Sequence[str], args: argparse.N
                         for k in ("calls", "plans", "plan_ms", "exec_ms"):
                             tot[k] += d[k]
                 print(f"  {plan_mode} tenants={tenants} rep={rep} {policy}: {r.rate:.0f} jobs/s "
-                      f"claims={r.claims} empty={r.empty} fallbacks={r.fallbacks}", file=sys.stderr)
+                      f"claims={r.claims} empty={r.empty} fallbacks={r.fallbacks} "
+                      f"contended={r.contended}", file=sys.stderr)
         plans = prepared_plans(stores)
     for per in pgss_by_policy.values():
         for d in per.values():
@@ -294,13 +302,15 @@ def fmt(x: float, nd: int = 2) -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     lines = ["| tenants | policy | jobs/s (median) | x fifo | empty claims | fallback runs / claim "
-             "| p50 ms | p99 ms | plans (generic/custom) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| contended claims | p50 ms | p99 ms | plans (generic/custom) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for size in result["main"]:
         for policy, d in size["policies"].items():
             stmt = "claim_fifo" if policy == "fifo" else "claim_fair"
             pc = size["plan_cache"].get(stmt, {})
             lines.append(f"| {size['tenants']:,} | {policy} | {d['jobs_per_s']:.0f} | {fmt(d['ratio'])} | "
-                         f"{d['empty_ratio']:.1%} | {fmt(d['fallback_ratio'])} | {fmt(d['p50_ms'])} | "
+                         f"{d['empty_ratio']:.1%} | {fmt(d['fallback_ratio'])} | "
+                         f"{d.get('contended_ratio', 0.0):.0%} | {fmt(d['p50_ms'])} | "
                          f"{fmt(d['p99_ms'])} | {pc.get('generic', 0)}/{pc.get('custom', 0)} |")
     lines += ["", "Forced plan modes (same run):", "",
               "| tenants | plan mode | policy | jobs/s | x fifo (same mode) | p50 ms | p99 ms |",

@@ -14,6 +14,7 @@ ROUND_ROBIN = Policy(
     name="round_robin",
     statement="claim_fair",
     fallback="claim_fair_wait",
+    contended="claim_fair_greedy",
     params=(("by_weight", False), ("by_cost", False)),
     description="each runnable tenant one job per turn, weights ignored (seed 004's fairness)",
 )
@@ -21,6 +22,7 @@ WEIGHTED = Policy(
     name="weighted",
     statement="claim_fair",
     fallback="claim_fair_wait",
+    contended="claim_fair_greedy",
     params=(("by_weight", True), ("by_cost", False)),
     description="long-run share of claims proportional to weight",
 )
@@ -28,6 +30,7 @@ DRR = Policy(
     name="drr",
     statement="claim_fair",
     fallback="claim_fair_wait",
+    contended="claim_fair_greedy",
     params=(("by_weight", True), ("by_cost", True)),
     description="share of work (sum of job cost) proportional to weight",
 )

@@ -19,6 +19,9 @@ class Policy:
     statement: str
     # Run for the rest of the batch when ``statement`` comes back short (None: never).
     fallback: str | None = None
+    # Run instead of ``statement`` while other claimers hold the tenants' rows (None: never):
+    # Store.claim switches to it after ``statement`` came back short and ``fallback`` found more.
+    contended: str | None = None
     params: tuple[tuple[str, Any], ...] = ()
     description: str = ""
 

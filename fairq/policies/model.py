@@ -13,6 +13,10 @@ of the algorithm:
   earliest queued ``run_at``; on waking, or on an enqueue, its vtime is set to the queue's
   current virtual time (the minimum over runnable tenants; if all are capped the maximum over
   active ones; if none is active 0), so idle time banks neither credit nor debt;
+* under contention (a claim's first statement came back short and the waiting statement found
+  more), the next claims start with claim_fair_greedy: the same order and window, but each tenant
+  may give the rest of the batch (so concurrent claimers spread over tenants), and a tenant that
+  gave nothing is left active for the other statements to deactivate;
 * fifo takes jobs in (priority desc, run_at, id) order, skipping tenants at their cap.
 """
 
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 
 from fairq.policies.base import Policy
 
-STRAIGHT_TO_FALLBACK_CLAIMS = 16  # mirrors fairq.store.pg (the model must not import the store)
+CONTENDED_CLAIMS = 16  # mirrors fairq.store.pg (the model must not import the store)
 
 
 @dataclass(eq=False)
@@ -59,7 +63,7 @@ class QueueModel:
     queued: dict[int, ModelJob] = field(default_factory=dict)
     running: dict[int, ModelJob] = field(default_factory=dict)
     by_tenant: dict[str, list[ModelJob]] = field(default_factory=dict)
-    straight_to_fallback: dict[str, int] = field(default_factory=dict)
+    contended: dict[str, int] = field(default_factory=dict)
 
     # -- helpers -------------------------------------------------------------------------
     def _runnable(self) -> list[ModelTenant]:
@@ -143,15 +147,13 @@ class QueueModel:
     def _claim_fair(self, policy: Policy, batch: int, now: float) -> list[int]:
         # claim_fair: the first `batch` runnable tenants; then, if short, claim_fair_wait over
         # up to tenant_scan tenants for the rest (with one claimer nothing is ever skipped).
-        # Store.claim skips claim_fair for a while after it came back empty but the fallback
-        # did not (STRAIGHT_TO_FALLBACK_CLAIMS); the model keeps the same counter.
-        skip_first = self.straight_to_fallback.get(policy.name, 0) > 0
-        claimed: list[int] = []
-        if skip_first:
-            self.straight_to_fallback[policy.name] -= 1
-        else:
-            claimed = self._fair_pass(policy, batch, now, scan=batch, empties_before_last=False,
-                                      window=batch)
+        # After the waiting statement found what the first one could not, Store.claim starts
+        # the next CONTENDED_CLAIMS claims with claim_fair_greedy; the model keeps the same counter.
+        greedy = self.contended.get(policy.name, 0) > 0
+        if greedy:
+            self.contended[policy.name] -= 1
+        claimed = self._fair_pass(policy, batch, now, scan=batch, empties_before_last=False,
+                                  window=batch, greedy=greedy)
         if len(claimed) < batch:
             first = len(claimed)
             rest = batch - first
@@ -160,12 +162,14 @@ class QueueModel:
             if not claimed:
                 claimed = self._fair_pass(policy, rest, now, scan=self.tenant_scan,
                                           empties_before_last=True, window=math.inf)
-            if not skip_first and first == 0 and claimed:
-                self.straight_to_fallback[policy.name] = STRAIGHT_TO_FALLBACK_CLAIMS
+            if len(claimed) > first:
+                self.contended[policy.name] = CONTENDED_CLAIMS
         return claimed
 
     def _fair_pass(self, policy: Policy, batch: int, now: float, *, scan: int,
-                   empties_before_last: bool, window: float) -> list[int]:
+                   empties_before_last: bool, window: float, greedy: bool = False) -> list[int]:
+        """One claim statement. ``greedy`` (claim_fair_greedy): each tenant may give the rest of
+        the batch instead of its weighted share, and tenants that gave nothing stay active."""
         by_weight = dict(policy.params)["by_weight"]
         vnow = self.virtual_now()
         cand = sorted((t for t in self._runnable() if vnow is not None and t.vtime <= vnow + window),
@@ -175,7 +179,7 @@ class QueueModel:
         for ord_, t in enumerate(cand, start=1):
             if len(picked) >= batch:
                 break
-            share = math.ceil(batch * (t.weight if by_weight else 1.0) / total)
+            share = batch if greedy else math.ceil(batch * (t.weight if by_weight else 1.0) / total)
             limit = min(t.max_running - t.running, batch, share)
             for j in self._due(t.name, now, limit):
                 if len(picked) >= batch:
@@ -183,7 +187,7 @@ class QueueModel:
                 picked.append((ord_, t, j))
         last = max((o for o, _, _ in picked), default=scan + 1) if empties_before_last else scan + 1
         served = {t.name for _, t, _ in picked}
-        empties = [
+        empties = [] if greedy else [
             t for o, t in enumerate(cand, start=1)
             if o < last and t.name not in served and not self._due(t.name, now, 1)
         ]

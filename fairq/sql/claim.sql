@@ -196,6 +196,87 @@ WHERE j.id = g.id
 RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
           j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until;
 
+-- name: claim_fair_greedy
+-- The first statement of a fair claim under contention (Store.claim switches to it for a while
+-- after claim_fair came back short while claim_fair_wait found more: other claimers hold the
+-- tenants' rows). Same parameters and the same order as claim_fair, but each tenant may give
+-- the rest of the batch (up to its free slots) instead of its weighted share, and tenant rows are
+-- locked lazily: the executor pulls (and SKIP LOCKED-locks) the next tenant of `free` only while
+-- the batch is not full, so a claim holds the rows of the tenants it serves and no others.
+-- Concurrent claimers therefore spread over the tenants (each serves the lowest-vtime tenant
+-- nobody holds) instead of one claim holding every tenant of a small queue and the others
+-- queueing behind it. The window still applies: nobody more than a batch of virtual time
+-- ahead of V is served, so vtimes stay within a window (+ one batch per claim) of each other.
+-- If every runnable tenant is held, it waits for the one at V (holding no other row, so it
+-- cannot deadlock): one busy tenant and many workers then pay one statement per claim.
+-- Tenants found with nothing to give are left to claim_fair and claim_fair_wait to deactivate
+-- (reading `free` to the end to find them would lock tenants the batch never reached).
+WITH vmin AS (
+    SELECT min(v.vtime) AS v FROM {schema}.tenant_schedule v
+    WHERE v.queue = %(queue)s AND v.active AND v.running < v.max_running
+),
+free AS MATERIALIZED (
+    SELECT ts.tenant, ts.weight, ts.max_running - ts.running AS room
+    FROM {schema}.tenant_schedule ts
+    WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
+      AND ts.vtime <= (SELECT vmin.v FROM vmin) + %(window)s
+    ORDER BY ts.vtime, ts.tenant
+    LIMIT %(batch)s
+    FOR UPDATE OF ts SKIP LOCKED
+),
+-- Only when no runnable tenant is free: wait for the row of the tenant at V, chosen by its key
+-- so that the recheck after the wait cannot move on to (and wait for) another row; its room is
+-- read from the current row after the wait.
+held AS MATERIALIZED (
+    SELECT ts.tenant, ts.weight,
+           CASE WHEN ts.active THEN greatest(ts.max_running - ts.running, 0) ELSE 0 END AS room
+    FROM {schema}.tenant_schedule ts
+    WHERE ts.queue = %(queue)s
+      AND ts.tenant = (SELECT v.tenant FROM {schema}.tenant_schedule v
+                       WHERE v.queue = %(queue)s AND v.active AND v.running < v.max_running
+                       ORDER BY v.vtime, v.tenant LIMIT 1)
+      AND NOT EXISTS (SELECT FROM free)
+    FOR UPDATE OF ts
+),
+picked AS MATERIALIZED (
+    SELECT j.id, c.tenant, c.weight, j.cost
+    FROM (SELECT f.tenant, f.weight, f.room FROM free f
+          UNION ALL SELECT h.tenant, h.weight, h.room FROM held h) c
+    CROSS JOIN LATERAL (
+        SELECT q.id, q.cost
+        FROM {schema}.jobs q
+        WHERE q.queue = %(queue)s AND q.tenant = c.tenant
+          AND q.status = 'queued' AND q.run_at <= now()
+        ORDER BY q.priority DESC, q.run_at, q.id
+        LIMIT least(c.room, %(batch)s)
+        FOR UPDATE OF q SKIP LOCKED
+    ) j
+    LIMIT %(batch)s
+),
+per_tenant AS (
+    SELECT p.tenant, count(*) AS n,
+           sum((CASE WHEN %(by_cost)s THEN p.cost ELSE 1.0 END)
+               / (CASE WHEN %(by_weight)s THEN p.weight ELSE 1.0 END)) AS inc
+    FROM picked p GROUP BY p.tenant
+),
+-- Only served tenants, whose rows we hold: room was read from the locked row, so no cap
+-- re-check is needed.
+upd_tenants AS (
+    UPDATE {schema}.tenant_schedule ts
+    SET running = ts.running + pt.n, claimed_total = ts.claimed_total + pt.n,
+        vtime = ts.vtime + pt.inc, last_served_at = now()
+    FROM per_tenant pt
+    WHERE ts.queue = %(queue)s AND ts.tenant = pt.tenant
+    RETURNING ts.tenant
+)
+UPDATE {schema}.jobs j
+SET status = 'running', attempts = j.attempts + 1, started_at = now(),
+    locked_until = now() + make_interval(secs => j.lease_seconds), locked_by = %(worker)s
+FROM picked p
+WHERE j.id = p.id
+RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
+          j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until;
+
 -- name: claim_fifo
 -- The global order (priority, run_at, id), skipping tenants at their cap: the baseline.
 WITH picked AS MATERIALIZED (

@@ -53,7 +53,7 @@ PLAN_CACHE_MODE = "force_generic_plan"
 # cost penalties would otherwise push a plan's estimate over jit_above_cost.
 PLANNER_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
                     "jit": "off"}
-STRAIGHT_TO_FALLBACK_CLAIMS = 16  # claims that skip a first statement that just came back empty
+CONTENDED_CLAIMS = 16  # claims that start with policy.contended after signs of held tenant rows
 
 
 def planner_options() -> str:
@@ -120,7 +120,7 @@ class Store:
         self._prepare_threshold = prepare_threshold
         self.application_name = application_name[:63]
         self.pooler = pooler
-        self._straight_to_fallback: dict[tuple[str, str], int] = {}
+        self._contended: dict[tuple[str, str], int] = {}
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
         if not pooler:
             kwargs["options"] = (f"-c statement_timeout={int(statement_timeout_ms)} "
@@ -220,15 +220,14 @@ class Store:
         if batch <= 0:
             return []
         params = policy.claim_params(queue=queue, batch=batch, worker=worker, tenant_scan=tenant_scan)
-        rows: list[dict[str, Any]] = []
         key = (policy.name, queue)
-        skip_first = policy.fallback is not None and self._straight_to_fallback.get(key, 0) > 0
-        if skip_first:
-            self._straight_to_fallback[key] -= 1
-        else:
-            with self._tx() as cur:
-                cur.execute(self.q(policy.statement), params)
-                rows = cur.fetchall()
+        statement = policy.statement
+        if policy.contended is not None and self._contended.get(key, 0) > 0:
+            self._contended[key] -= 1
+            statement = policy.contended
+        with self._tx() as cur:
+            cur.execute(self.q(statement), params)
+            rows: list[dict[str, Any]] = cur.fetchall()
         if len(rows) < batch and policy.fallback is not None:
             # Short: other claimers may hold the runnable tenants' rows. Wait for them rather
             # than return less work than is runnable (work conservation).
@@ -246,15 +245,16 @@ class Store:
                 with self._tx() as cur:
                     cur.execute(self.q(policy.fallback), params)
                     rows.extend(cur.fetchall())
-            if not skip_first and first == 0 and rows:
-                # The first statement was a wasted round trip (one busy tenant, many workers):
-                # go straight to the waiting statement for a while, then try again.
-                self._straight_to_fallback[key] = STRAIGHT_TO_FALLBACK_CLAIMS
+            if len(rows) > first and policy.contended is not None:
+                # The waiting statement found what the first one could not: other claimers hold
+                # the tenants' rows. Claim with the contended statement for a while (it spreads
+                # claimers over tenants and waits for the hot one itself), then try again.
+                self._contended[key] = CONTENDED_CLAIMS
         return [_claimed(r) for r in rows]
 
     def forget_claim_hints(self) -> None:
-        """Forget which queues recently skipped to the waiting claim (tests reset state with it)."""
-        self._straight_to_fallback.clear()
+        """Forget which queues recently saw contended claims (tests reset state with it)."""
+        self._contended.clear()
 
     def finish_done(self, done: Sequence[tuple[int, int]]) -> list[FinishedJob]:
         """Mark (id, attempts) pairs done; returns those that were still ours."""
