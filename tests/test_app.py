@@ -101,6 +101,58 @@ def test_enqueue_many_is_validated_whole_first(app: fairq.App, dsn: str) -> None
     assert len(ids) == 12_000 and ids == sorted(ids) and count_jobs(dsn) == 12_000
 
 
+def test_enqueue_many_returns_ids_in_input_order_with_each_jobs_fields(app: fairq.App, dsn: str) -> None:
+    items = [(f"t{(i * 7) % 5}", {"i": i, "s": "é\"{}," if i % 3 else None}) for i in range(11_000)]
+    items[5] = ("t1", None)  # no payload: {}
+    ids = app.enqueue_many("mail", iter(items), priority=-3, cost=2, queue="bulk")  # any iterable
+    rows = {r[0]: r[1:] for r in sql_rows(
+        dsn, "SELECT id, tenant, payload, priority, cost, queue, task, max_attempts, lease_seconds "
+             "FROM fairq.jobs")}
+    assert len(ids) == len(set(ids)) == len(rows) == 11_000
+    for job_id, (tenant, payload) in zip(ids, items, strict=True):
+        assert rows[job_id] == (tenant, {} if payload is None else payload, -3, 2.0, "bulk", "mail", 5, 300)
+    states = sql_rows(dsn, "SELECT tenant, active, wake_at FROM fairq.tenant_schedule "
+                           "WHERE queue = 'bulk' ORDER BY tenant")
+    assert states == [(f"t{k}", True, None) for k in range(5)]
+
+
+@pytest.mark.parametrize("bad", [
+    [("a", {}), ("b", {}), (["a"], {})],  # an unhashable tenant
+    [("a", {}), ("a", {"x": float("nan")})],  # a bad payload of a tenant seen before
+    [("a", {}), ("a", {}), ("b" * 201, {})],
+])
+def test_enqueue_many_refuses_a_bad_later_item_before_writing(app: fairq.App, dsn: str,
+                                                             bad: list[tuple[object, object]]) -> None:
+    with pytest.raises(fairq.InvalidInput):
+        app.enqueue_many("mail", bad)  # type: ignore[arg-type]
+    assert count_jobs(dsn) == 0
+    assert app.enqueue_many("mail", []) == []
+    assert app.enqueue_many("mail", [], priority=10**9) == []  # nothing to check options against
+
+
+@pytest.mark.parametrize("tenant", ["", "a"])
+@pytest.mark.parametrize("kwargs", [{"priority": 10**6}, {"delay": -1}, {"queue": ""}, {"cost": 0}])
+def test_enqueue_many_checks_like_enqueue_in_the_same_order(app: fairq.App, tenant: str,
+                                                           kwargs: dict[str, object]) -> None:
+    with pytest.raises(fairq.InvalidInput) as one:
+        app.enqueue("mail", tenant=tenant, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(fairq.InvalidInput) as many:
+        app.enqueue_many("mail", [(tenant, {}), ("b", {})], **kwargs)  # type: ignore[arg-type]
+    assert str(many.value) == str(one.value)
+
+
+def test_enqueue_many_delayed_jobs_set_their_tenants_wake_at(app: fairq.App, dsn: str) -> None:
+    at = datetime(2031, 5, 1, tzinfo=UTC)
+    app.enqueue_many("mail", [("a", {}), ("b", {})], run_at=at)
+    app.enqueue_many("mail", [("b", {}), ("c", {})], delay=3600)
+    got = {t: (active, wake) for t, active, wake in sql_rows(
+        dsn, "SELECT tenant, active, wake_at FROM fairq.tenant_schedule")}
+    (c_wake,), = sql_rows(dsn, "SELECT run_at FROM fairq.jobs WHERE tenant = 'c'")
+    (b_wake,), = sql_rows(dsn, "SELECT min(run_at) FROM fairq.jobs WHERE tenant = 'b'")
+    assert got["a"] == (False, at) and got["c"] == (False, c_wake) and got["b"] == (False, b_wake)
+    assert b_wake < at and c_wake > datetime.now(UTC) + timedelta(minutes=59)
+
+
 def test_observer_counts_enqueues_per_queue_and_tenant(app: fairq.App) -> None:
     app.enqueue("mail", tenant="acme")
     app.enqueue_many("mail", [("acme", {}), ("globex", {}), ("acme", {})], queue="bulk")

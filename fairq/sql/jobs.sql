@@ -3,18 +3,40 @@
 -- a worker that lost its lease changes nothing (R7).
 
 -- name: enqueue
--- Insert a chunk of jobs in one round trip (arrays, one element per job), create the tenants'
+-- Insert a chunk of jobs in one round trip (arrays, see below), create the tenants'
 -- schedule rows on first sight (with the configured or default weight and cap), wake idle
 -- tenants, and notify listeners at commit.
 --
 -- A tenant that becomes active starts at the queue's virtual time V: the minimum vtime of the
 -- runnable tenants, else (all capped) the maximum of the active ones, else (queue idle) 0. Its
 -- own past is dropped: idle time banks no credit and no debt, and an idle queue starts afresh.
-WITH input AS (
-    SELECT * FROM unnest(
-        %(queues)b::text[], %(tenants)b::text[], %(tasks)b::text[], %(payloads)b::text[]::jsonb[],
-        %(priorities)b::smallint[], %(costs)b::float8[], %(run_ats)b::timestamptz[],
-        %(max_attempts)b::int[], %(leases)b::int[], %(delays)b::float8[]
+--
+-- Tenants and payloads come one element per job. Every other array has one element per job too,
+-- or a single element that every job of the chunk shares (a bulk enqueue): unnest pads it
+-- with NULLs and the CASEs give every row that element, so it is neither sent nor unnested
+-- 5,000 times.
+WITH arg AS MATERIALIZED (  -- each cast once, not once a row
+    SELECT %(queues)b::text[] AS queues, %(tasks)b::text[] AS tasks,
+           %(priorities)b::smallint[] AS priorities, %(costs)b::float8[] AS costs,
+           %(run_ats)b::timestamptz[] AS run_ats, %(delays)b::float8[] AS delays,
+           %(max_attempts)b::int[] AS max_attempts, %(leases)b::int[] AS leases
+),
+input AS (
+    SELECT i.ord, i.tenant, i.payload,
+           CASE WHEN cardinality(a.queues) = 1 THEN a.queues[1] ELSE i.queue END AS queue,
+           CASE WHEN cardinality(a.tasks) = 1 THEN a.tasks[1] ELSE i.task END AS task,
+           CASE WHEN cardinality(a.priorities) = 1 THEN a.priorities[1] ELSE i.priority END
+               AS priority,
+           CASE WHEN cardinality(a.costs) = 1 THEN a.costs[1] ELSE i.cost END AS cost,
+           CASE WHEN cardinality(a.run_ats) = 1 THEN a.run_ats[1] ELSE i.run_at END AS run_at,
+           CASE WHEN cardinality(a.delays) = 1 THEN a.delays[1] ELSE i.delay END AS delay,
+           CASE WHEN cardinality(a.max_attempts) = 1 THEN a.max_attempts[1] ELSE i.max_attempts END
+               AS max_attempts,
+           CASE WHEN cardinality(a.leases) = 1 THEN a.leases[1] ELSE i.lease_seconds END
+               AS lease_seconds
+    FROM arg a, unnest(
+        a.queues, %(tenants)b::text[], a.tasks, %(payloads)b::text[]::jsonb[], a.priorities,
+        a.costs, a.run_ats, a.max_attempts, a.leases, a.delays
     ) WITH ORDINALITY AS i(queue, tenant, task, payload, priority, cost, run_at,
                            max_attempts, lease_seconds, delay, ord)
 ),

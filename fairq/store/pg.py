@@ -62,6 +62,12 @@ def planner_options() -> str:
     return " ".join(f"-c {k}={v}" for k, v in settings.items())
 
 
+def _shared(column: Sequence[Any]) -> list[Any]:
+    """``[value]`` if every element of ``column`` is ``value``, else the whole column as a list."""
+    values = list(column)
+    return values[:1] if values and values.count(values[0]) == len(values) else values
+
+
 def channel_for(schema: str) -> str:
     """The LISTEN/NOTIFY channel of a schema: wake-ups carry the queue name only (R11)."""
     return f"fairq_{schema}"
@@ -192,17 +198,18 @@ class Store:
     def _enqueue_chunk(self, cur: psycopg.Cursor[Any], jobs: NewJobColumns) -> list[int]:
         # The arrays go in binary (the statement's %(name)b): no text quoting of 5,000 payloads.
         # A binary array must be of one Python type, hence the float() of costs and delays.
+        # A column whose jobs all share one value goes as that one value (see the statement).
         params = {
-            "queues": jobs.queues,
+            "queues": _shared(jobs.queues),
             "tenants": jobs.tenants,
-            "tasks": jobs.tasks,
+            "tasks": _shared(jobs.tasks),
             "payloads": jobs.payloads_json,
-            "priorities": jobs.priorities,
-            "costs": [float(c) for c in jobs.costs],
-            "run_ats": jobs.run_ats,
-            "max_attempts": jobs.max_attempts,
-            "leases": jobs.lease_seconds,
-            "delays": [None if d is None else float(d) for d in jobs.delays],
+            "priorities": _shared(jobs.priorities),
+            "costs": [float(c) for c in _shared(jobs.costs)],
+            "run_ats": _shared(jobs.run_ats),
+            "max_attempts": _shared(jobs.max_attempts),
+            "leases": _shared(jobs.lease_seconds),
+            "delays": [None if d is None else float(d) for d in _shared(jobs.delays)],
             "channel": self.channel,
         }
         cur.execute(self.q("enqueue"), params)
