@@ -79,6 +79,8 @@ upd_tenants AS (
             WHERE q.queue = ts.queue AND q.tenant = ts.tenant AND q.status = 'queued') END
     FROM cand c LEFT JOIN per_tenant pt ON pt.tenant = c.tenant
     WHERE ts.queue = %(queue)s AND ts.tenant = c.tenant
+      -- The rows by key, an index scan whatever a generic plan estimates for cand (see claim_fifo).
+      AND ts.tenant = ANY ((SELECT array_agg(c2.tenant) FROM cand c2)::text[])
       AND (pt.n > 0 OR c.tenant IN (SELECT e.tenant FROM empties e))
     RETURNING ts.tenant
 )
@@ -279,6 +281,12 @@ RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts
 
 -- name: claim_fifo
 -- The global order (priority, run_at, id), skipping tenants at their cap: the baseline.
+-- Plan robustness: a generic plan cannot know %(batch)s, so it estimates a LIMIT of it as a
+-- tenth of the backlog (thousands of rows) and may then join those "thousands" to jobs or
+-- tenant_schedule by hash join over a Seq Scan (seen on PostgreSQL 18 with misleading
+-- statistics: a 6,000-buffer Seq Scan on jobs per claim of 10). So the big tables are never
+-- joined to a batch-sized set: their rows are looked up by key = ANY (an array aggregated from
+-- the set), an index scan whatever the estimates.
 WITH picked AS MATERIALIZED (
     SELECT q.id, q.tenant, q.priority, q.run_at
     FROM {schema}.jobs q
@@ -291,38 +299,38 @@ WITH picked AS MATERIALIZED (
     LIMIT %(batch)s
     FOR UPDATE OF q SKIP LOCKED
 ),
-ranked AS (
+ranked AS MATERIALIZED (
     SELECT p.id, p.tenant,
            row_number() OVER (PARTITION BY p.tenant ORDER BY p.priority DESC, p.run_at, p.id) AS rk
     FROM picked p
 ),
-need AS (SELECT r.tenant, count(*) AS n FROM ranked r GROUP BY r.tenant),
+-- The picked jobs' tenants, locked in tenant order; room is read from the current rows.
 locked AS MATERIALIZED (
-    SELECT ts.tenant, least(nd.n, ts.max_running - ts.running) AS granted_n
+    SELECT ts.tenant, ts.max_running - ts.running AS room
     FROM {schema}.tenant_schedule ts
-    JOIN need nd ON nd.tenant = ts.tenant
     WHERE ts.queue = %(queue)s
+      AND ts.tenant = ANY ((SELECT array_agg(DISTINCT p.tenant) FROM picked p)::text[])
     ORDER BY ts.tenant
     FOR UPDATE OF ts
 ),
-granted AS (
+granted AS MATERIALIZED (
     SELECT r.id, r.tenant FROM ranked r
     JOIN locked l ON l.tenant = r.tenant
-    WHERE r.rk <= l.granted_n
+    WHERE r.rk <= l.room
 ),
-per_tenant AS (SELECT g.tenant, count(*) AS n FROM granted g GROUP BY g.tenant),
+per_tenant AS MATERIALIZED (SELECT g.tenant, count(*) AS n FROM granted g GROUP BY g.tenant),
 upd_tenants AS (
     UPDATE {schema}.tenant_schedule ts
     SET running = ts.running + pt.n, claimed_total = ts.claimed_total + pt.n,
         last_served_at = now()
     FROM per_tenant pt
     WHERE ts.queue = %(queue)s AND ts.tenant = pt.tenant
+      AND ts.tenant = ANY ((SELECT array_agg(p.tenant) FROM per_tenant p)::text[])
     RETURNING ts.tenant
 )
 UPDATE {schema}.jobs j
 SET status = 'running', attempts = j.attempts + 1, started_at = now(),
     locked_until = now() + make_interval(secs => j.lease_seconds), locked_by = %(worker)s
-FROM granted g
-WHERE j.id = g.id
+WHERE j.id = ANY ((SELECT array_agg(g.id) FROM granted g)::bigint[])
 RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
           j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until;
