@@ -58,13 +58,17 @@ per_tenant AS (
     FROM picked p GROUP BY p.tenant
 ),
 -- Tenants that gave nothing and have no due job at all (ignoring locks) leave the runnable
--- index until an enqueue or their wake_at.
-empties AS (
+-- index until an enqueue or their wake_at. (Materialized first, so the jobs index is probed
+-- only for the tenants that gave nothing, not for every candidate.)
+unserved AS MATERIALIZED (
     SELECT c.tenant FROM cand c
     WHERE NOT EXISTS (SELECT 1 FROM picked p WHERE p.tenant = c.tenant)
-      AND NOT EXISTS (
+),
+empties AS (
+    SELECT u.tenant FROM unserved u
+    WHERE NOT EXISTS (
           SELECT 1 FROM {schema}.jobs q
-          WHERE q.queue = %(queue)s AND q.tenant = c.tenant
+          WHERE q.queue = %(queue)s AND q.tenant = u.tenant
             AND q.status = 'queued' AND q.run_at <= now())
 ),
 upd_tenants AS (
