@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
@@ -55,6 +56,11 @@ log = logging.getLogger("fairq.worker")
 
 MAX_ERROR_CHARS = 4000
 DEFAULT_MAX_BATCH = 10  # R5: up to 10 a round trip by default
+# Finishes commit without waiting for the WAL flush (see Worker.finish_store). PostgreSQL
+# flushes such commits within 3 x wal_writer_delay (600 ms by default); after a lost connection
+# the worker writes the finishes of this many seconds again (fenced, so a no-op where they
+# survived), so a crash of the database re-runs almost none of them.
+FINISH_REPLAY_SECONDS = 10.0
 
 
 def describe_error(exc: BaseException) -> str:
@@ -135,6 +141,7 @@ class Worker:
         observer: WorkerObserver | None = None,
         worker_id: str | None = None,
         max_backoff: float = 30.0,
+        durable_finishes: bool = False,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidInput(f"concurrency must be an integer >= 1, not {concurrency!r}")
@@ -169,6 +176,7 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.application_name = f"fairq-worker {self.worker_id}"[:63]
         self.max_backoff = max_backoff
+        self.durable_finishes = durable_finishes
         self.stats = WorkerStats()
         self.ready = threading.Event()  # set once the loop runs (and LISTEN is in effect)
 
@@ -176,6 +184,7 @@ class Worker:
         self._vacuum_interval = vacuum_interval
         self._prune = (prune_after, prune_interval)
         self._store: Store | None = None
+        self._finish_store: Store | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -188,6 +197,8 @@ class Worker:
         self._finish_wake = threading.Event()
         self._finisher: threading.Thread | None = None
         self._finisher_exit = threading.Event()
+        self._recent_finishes: deque[tuple[float, list[_Completion]]] = deque()
+        self._replay_finishes = threading.Event()
         self._pending: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
         self._slots: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -207,6 +218,22 @@ class Worker:
                 pooler=self.app.pooler,
             )
         return self._store
+
+    @property
+    def finish_store(self) -> Store:
+        """The finisher's connection: commits without waiting for the WAL flush, unless
+        ``durable_finishes``. A database crash may then undo the last finishes of a fraction of
+        a second; those jobs are still running under their leases, so the reaper runs them again:
+        a re-run, as after a worker crash, never a lost job. Their tenants' slots come back with
+        them (same transaction). Claims, enqueues and reaps stay durable."""
+        if self._finish_store is None:
+            self._finish_store = Store(
+                self.app.dsn, self.app.schema, min_size=1, max_size=1,
+                application_name=self.application_name, timeout=5.0,
+                prepare_threshold=getattr(self.app, "_prepare_threshold", 5),
+                pooler=self.app.pooler, durable_commits=self.durable_finishes,
+            )
+        return self._finish_store
 
     def stop(self) -> None:
         """Stop claiming; in-flight jobs get ``grace_period`` to finish; ``run()`` then returns."""
@@ -309,6 +336,9 @@ class Worker:
         if self._store is not None:
             self._store.close()
             self._store = None
+        if self._finish_store is not None:
+            self._finish_store.close()
+            self._finish_store = None
 
     def _on_notify(self, queues: frozenset[str]) -> None:
         with self._lock:
@@ -408,6 +438,7 @@ class Worker:
                 if isinstance(e, psycopg.OperationalError | PoolTimeout):
                     log.warning("database unavailable (%s: %s); retrying in %.2fs",
                                 type(e).__name__, str(e).strip()[:200], delay)
+                    self._lost_connection()
                 else:
                     log.exception("database error; retrying in %.2fs", delay)
                 with self._lock:
@@ -503,15 +534,19 @@ class Worker:
         The graceful-stop path may finish on the control thread too: each call takes its own
         completions under the lock, and finishes are fenced, so the two never write one twice.
         """
-        store = self.store
+        store = self.finish_store
         failures = 0
         while not self._finisher_exit.is_set():
             self._finish_wake.wait()
             self._finish_wake.clear()
             try:
+                if self._replay_finishes.is_set():
+                    self._replay(store)
                 self._finish_completions(store)
                 failures = 0
             except (psycopg.Error, PoolTimeout) as e:
+                if isinstance(e, psycopg.OperationalError | PoolTimeout):
+                    self._lost_connection()
                 failures += 1
                 self.stats.db_errors += 1
                 delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 12)) * random.uniform(0.5, 1)
@@ -523,6 +558,32 @@ class Worker:
                 log.exception("finisher error; retrying in 1s")
                 self._finish_wake.set()
                 self._finisher_exit.wait(1.0)
+
+    def _lost_connection(self) -> None:
+        """The database may have crashed: recent finishes it had not flushed may be undone."""
+        if not self.durable_finishes:
+            self._replay_finishes.set()
+            self._finish_wake.set()
+
+    def _replay(self, store: Store) -> None:
+        """Write the recent finishes again, fenced: only those a crash undid change anything."""
+        horizon = time.monotonic() - FINISH_REPLAY_SECONDS
+        with self._lock:
+            while self._recent_finishes and self._recent_finishes[0][0] < horizon:
+                self._recent_finishes.popleft()
+            recent = [c for _, batch in self._recent_finishes for c in batch]
+        self._replay_finishes.clear()
+        try:
+            done = store.finish_done([(c.job.id, c.job.attempt) for c in recent
+                                      if c.error is None])
+            failed = store.finish_failed([(c.job.id, c.job.attempt, c.error, c.retry_delay)
+                                          for c in recent if c.error is not None])
+        except BaseException:
+            self._replay_finishes.set()
+            raise
+        if done or failed:
+            log.warning("wrote %d finish(es) again that the database had lost (a crash before "
+                        "their commit was flushed)", len(done) + len(failed))
 
     def _finish_completions(self, store: Store) -> None:
         with self._lock:
@@ -569,6 +630,11 @@ class Worker:
             self.observer.on_finish(c.job.claimed, outcome, c.run_seconds)
         with self._lock:  # their tenants' slots are free again: worth a claim
             self._hot.update(c.job.queue for c in batch)
+            if not self.durable_finishes:
+                now = time.monotonic()
+                self._recent_finishes.append((now, batch))
+                while self._recent_finishes[0][0] < now - FINISH_REPLAY_SECONDS:
+                    self._recent_finishes.popleft()
         self._wake.set()
 
     def _count(self, outcome: str) -> None:

@@ -539,3 +539,24 @@ def test_a_stuck_finish_does_not_stop_claiming(app: fairq.App, dsn: str) -> None
             w.stop()
             th.join(30)
     assert statuses(dsn) == {"done": 6}
+
+
+@pytest.mark.parametrize("pooler", [False, True])
+def test_finishes_skip_the_wal_flush_unless_durable(dsn: str, pooler: bool) -> None:
+    """The finisher's sessions commit without waiting for the WAL flush (a crash can only undo
+    a finish, which re-runs the job); the claiming sessions, and durable_finishes, keep the
+    server's own setting, whatever it is."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        server = c.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
+    for durable, want in ((False, "off"), (True, server)):
+        app = fairq.App(dsn, schema=SCHEMA, pooler=pooler)
+        w = app.worker(policy=POLICY, durable_finishes=durable)
+        try:
+            for store, expected in ((w.finish_store, want), (w.store, server)):
+                with store._tx() as cur:
+                    cur.execute("SHOW synchronous_commit")
+                    assert cur.fetchone() == {"synchronous_commit": expected}
+        finally:
+            w.finish_store.close()
+            w.store.close()
+            app.close()

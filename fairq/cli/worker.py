@@ -42,6 +42,11 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                    help="drain: exit once nothing is runnable and nothing of ours runs")
     p.add_argument("--poll-interval", type=number("poll-interval", minimum=0.01), metavar="S",
                    help="fallback poll when no NOTIFY arrives (seconds)")
+    p.add_argument("--batch", type=integer("batch", minimum=1), metavar="N",
+                   help="claim at most N jobs a round trip (default 10; never more than free slots)")
+    p.add_argument("--durable-finishes", action="store_true",
+                   help="commit each finish with the WAL flushed (default: a database crash may "
+                        "undo the last finishes, which then run again; never a lost job)")
     p.set_defaults(handler=run)
 
 
@@ -104,7 +109,10 @@ def run(args: argparse.Namespace) -> int:
         "concurrency": args.concurrency,
         "queues": args.queues or None,
         "policy": args.policy,
+        "durable_finishes": args.durable_finishes,
     }
+    if args.batch is not None:
+        options["batch"] = args.batch
     if args.poll_interval is not None:
         options["poll_interval"] = args.poll_interval
     if args.metrics_port is not None:

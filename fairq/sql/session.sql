@@ -10,6 +10,9 @@ SELECT set_config('application_name', %(name)s, false);
 -- every transaction sets the timeouts and planner settings for itself (SET LOCAL semantics).
 SELECT set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('lock_timeout', %(lock_timeout)s, true),
+       -- NULL keeps the server's or role's own setting (it may be remote_apply).
+       set_config('synchronous_commit',
+                  coalesce(%(synchronous_commit)s, current_setting('synchronous_commit')), true),
        set_config('plan_cache_mode', %(plan_cache_mode)s, true),
        set_config('enable_seqscan', %(enable_seqscan)s, true),
        set_config('enable_hashjoin', %(enable_hashjoin)s, true),

@@ -117,6 +117,7 @@ class Store:
         application_name: str = "fairq",
         timeout: float = 30.0,
         pooler: bool = False,
+        durable_commits: bool = True,
     ) -> None:
         self.dsn = dsn
         self.schema = schema
@@ -126,11 +127,17 @@ class Store:
         self._prepare_threshold = prepare_threshold
         self.application_name = application_name[:63]
         self.pooler = pooler
+        # Off only for writes a crash may undo without losing a job (the worker's finishes: an
+        # undone finish leaves the job running under its lease, and the reaper runs it again).
+        # Durable: whatever the server or role says (it may be remote_apply for a replica).
+        self.synchronous_commit: str | None = None if durable_commits else "off"
         self._contended: dict[tuple[str, str], int] = {}
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
         if not pooler:
             kwargs["options"] = (f"-c statement_timeout={int(statement_timeout_ms)} "
                                  f"-c lock_timeout={int(lock_timeout_ms)} " + planner_options())
+            if not durable_commits:
+                kwargs["options"] += " -c synchronous_commit=off"
         self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn,
             min_size=min_size,
@@ -175,6 +182,7 @@ class Store:
                     cur.execute(self.q("transaction_settings"), {
                         "statement_timeout": str(self.statement_timeout_ms),
                         "lock_timeout": str(self.lock_timeout_ms),
+                        "synchronous_commit": self.synchronous_commit,
                         "plan_cache_mode": PLAN_CACHE_MODE, **PLANNER_SETTINGS})
                 yield cur
 
