@@ -214,25 +214,41 @@ RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts
 -- queueing behind it. The window still applies: nobody more than a batch of virtual time
 -- ahead of V is served, so vtimes stay within a window (+ one batch per claim) of each other.
 -- If every runnable tenant is held, it waits for the one at V (holding no other row, so it
--- cannot deadlock): one busy tenant and many workers then pay one statement per claim.
+-- cannot deadlock: every row `free` locked is one it returns, see below): one busy tenant and
+-- many workers then pay one statement per claim.
 -- Tenants found with nothing to give are left to claim_fair and claim_fair_wait to deactivate
 -- (reading `free` to the end to find them would lock tenants the batch never reached).
 WITH vmin AS (
     SELECT min(v.vtime) AS v FROM {schema}.tenant_schedule v
     WHERE v.queue = %(queue)s AND v.active AND v.running < v.max_running
 ),
+-- Candidates in (vtime, tenant) order, each row locked by its key as the batch reaches it. The
+-- lock is taken by key on purpose: a lock whose row no longer matches the scan's conditions
+-- (its vtime moved on, it reached its cap, since our snapshot) is kept but the row would be
+-- dropped silently, and `held` below would then wait while holding it (a deadlock with
+-- claim_fair_wait, which locks in tenant order: seen once under benchmark load). Locked by key,
+-- every row locked is returned, and the conditions are applied to the current row: room 0.
 free AS MATERIALIZED (
-    SELECT ts.tenant, ts.weight, ts.max_running - ts.running AS room
-    FROM {schema}.tenant_schedule ts
-    WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
-      AND ts.vtime <= (SELECT vmin.v FROM vmin) + %(window)s
-    ORDER BY ts.vtime, ts.tenant
+    SELECT t.tenant, t.weight, t.room
+    FROM (SELECT v.tenant, v.vtime FROM {schema}.tenant_schedule v
+          WHERE v.queue = %(queue)s AND v.active AND v.running < v.max_running
+            AND v.vtime <= (SELECT vmin.v FROM vmin) + %(window)s
+          ORDER BY v.vtime, v.tenant) c
+    CROSS JOIN LATERAL (
+        SELECT ts.tenant, ts.weight,
+               CASE WHEN ts.active AND ts.vtime <= (SELECT vmin.v FROM vmin) + %(window)s
+                    THEN greatest(ts.max_running - ts.running, 0) ELSE 0 END AS room
+        FROM {schema}.tenant_schedule ts
+        WHERE ts.queue = %(queue)s AND ts.tenant = c.tenant
+        FOR UPDATE OF ts SKIP LOCKED
+    ) t
+    -- The index scan's order: a nested loop keeps it, no Sort (which would lock every candidate).
+    ORDER BY c.vtime, c.tenant
     LIMIT %(batch)s
-    FOR UPDATE OF ts SKIP LOCKED
 ),
--- Only when no runnable tenant is free: wait for the row of the tenant at V, chosen by its key
--- so that the recheck after the wait cannot move on to (and wait for) another row; its room is
--- read from the current row after the wait.
+-- Only when `free` locked no row at all (so this waits holding nothing): wait for the row of the
+-- tenant at V, chosen and locked by its key for the same reason; its room is read from the
+-- current row after the wait.
 held AS MATERIALIZED (
     SELECT ts.tenant, ts.weight,
            CASE WHEN ts.active THEN greatest(ts.max_running - ts.running, 0) ELSE 0 END AS room
