@@ -71,21 +71,27 @@ empties AS (
           WHERE q.queue = %(queue)s AND q.tenant = u.tenant
             AND q.status = 'queued' AND q.run_at <= now())
 ),
+-- Served tenants: their slots and virtual time (rows we hold, so room was exact). The rows are
+-- fetched by key = ANY (array), an index scan whatever a generic plan estimates (see claim_fifo).
 upd_tenants AS (
     UPDATE {schema}.tenant_schedule ts
-    SET running = ts.running + coalesce(pt.n, 0),
-        claimed_total = ts.claimed_total + coalesce(pt.n, 0),
-        vtime = ts.vtime + coalesce(pt.inc, 0),
-        last_served_at = CASE WHEN pt.n > 0 THEN now() ELSE ts.last_served_at END,
-        active = coalesce(pt.n, 0) > 0,
-        wake_at = CASE WHEN coalesce(pt.n, 0) > 0 THEN ts.wake_at ELSE (
-            SELECT min(q.run_at) FROM {schema}.jobs q
-            WHERE q.queue = ts.queue AND q.tenant = ts.tenant AND q.status = 'queued') END
-    FROM cand c LEFT JOIN per_tenant pt ON pt.tenant = c.tenant
-    WHERE ts.queue = %(queue)s AND ts.tenant = c.tenant
-      -- The rows by key, an index scan whatever a generic plan estimates for cand (see claim_fifo).
-      AND ts.tenant = ANY ((SELECT array_agg(c2.tenant) FROM cand c2)::text[])
-      AND (pt.n > 0 OR c.tenant IN (SELECT e.tenant FROM empties e))
+    SET running = ts.running + pt.n, claimed_total = ts.claimed_total + pt.n,
+        vtime = ts.vtime + pt.inc, last_served_at = now()
+    FROM per_tenant pt
+    WHERE ts.queue = %(queue)s AND ts.tenant = pt.tenant
+      AND ts.tenant = ANY ((SELECT array_agg(p2.tenant) FROM per_tenant p2)::text[])
+    RETURNING ts.tenant
+),
+-- Empty tenants (usually none: a separate statement part, so the served tenants' update does
+-- not carry their CASEs and probes) leave the runnable index until an enqueue or their wake_at.
+deactivated AS (
+    UPDATE {schema}.tenant_schedule ts
+    SET active = false,
+        wake_at = (SELECT min(q.run_at) FROM {schema}.jobs q
+                   WHERE q.queue = ts.queue AND q.tenant = ts.tenant AND q.status = 'queued')
+    FROM empties e
+    WHERE ts.queue = %(queue)s AND ts.tenant = e.tenant
+      AND ts.tenant = ANY ((SELECT array_agg(e2.tenant) FROM empties e2)::text[])
     RETURNING ts.tenant
 )
 UPDATE {schema}.jobs j
