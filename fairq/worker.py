@@ -61,6 +61,7 @@ DEFAULT_MAX_BATCH = 10  # R5: up to 10 a round trip by default
 # the worker writes the finishes of this many seconds again (fenced, so a no-op where they
 # survived), so a crash of the database re-runs almost none of them.
 FINISH_REPLAY_SECONDS = 10.0
+GATHER_SECONDS = 0.002  # see Worker._gather
 
 
 def describe_error(exc: BaseException) -> str:
@@ -462,16 +463,33 @@ class Worker:
     def _wait(self, schedule: MaintenanceSchedule, next_poll: float) -> None:
         with self._lock:
             free = self.concurrency - len(self._inflight)
-            if (self._hot and free > 0) or self._poll_now:
-                return
+            ready = bool((self._hot and free > 0) or self._poll_now)
             deadlines = [next_poll]
-            if self._inflight:
+            if not ready and self._inflight:
                 deadlines.append(min(r.next_extend for r in self._inflight.values()))
                 deadlines.append(schedule.next_due())
-        if self.listen and not self.ready.is_set():
-            deadlines.append(time.monotonic() + 0.05)  # until LISTEN is in effect
-        timeout = max(0.0, min(deadlines) - time.monotonic())
-        self._wake.wait(timeout)
+        if not ready:
+            if self.listen and not self.ready.is_set():
+                deadlines.append(time.monotonic() + 0.05)  # until LISTEN is in effect
+            self._wake.wait(max(0.0, min(deadlines) - time.monotonic()))
+        self._gather()
+
+    def _gather(self) -> None:
+        """While other slots are still busy, give them ``GATHER_SECONDS`` to free up too, so
+        that one claim fills several: with short jobs, claiming on every completion would
+        cost a round trip per job. A slot idles for at most that long."""
+        deadline = time.monotonic() + GATHER_SECONDS
+        want = min(self.batch, self.concurrency)
+        while True:
+            with self._lock:
+                free = self.concurrency - len(self._inflight)
+                if not self._inflight or free >= want or self._poll_now or not self._hot:
+                    return
+            left = deadline - time.monotonic()
+            if left <= 0 or self._stopping.is_set():
+                return
+            self._wake.clear()
+            self._wake.wait(left)
 
     def _claim_round(self, store: Store, poll: bool) -> int:
         """Claim into the free slots from hot queues (all of them on a poll); returns how many."""
