@@ -119,6 +119,9 @@ class Worker:
     more often than ``poll_interval``. A long interval lets a serverless database sleep, at the
     price of delayed jobs and expired leases being noticed later; ``run(until_empty=True)``
     drains and exits instead, for scheduled or request-triggered workers.
+
+    Finishes are written by a finisher thread on its own connection, without waiting for the
+    WAL flush (``durable_finishes=True`` waits): see ``finish_store``.
     """
 
     def __init__(
