@@ -307,7 +307,7 @@ RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts
 
 -- name: claim_fifo
 -- The global order (priority, run_at, id), skipping tenants at their cap: the baseline.
--- Plan robustness: a generic plan cannot know %(batch)s, so it estimates a LIMIT of it as a
+-- Plan robustness: a generic plan cannot know the batch size, so it estimates a LIMIT of it as a
 -- tenth of the backlog (thousands of rows) and may then join those "thousands" to jobs or
 -- tenant_schedule by hash join over a Seq Scan (seen on PostgreSQL 18 with misleading
 -- statistics: a 6,000-buffer Seq Scan on jobs per claim of 10). So the big tables are never
