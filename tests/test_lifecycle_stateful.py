@@ -23,6 +23,7 @@ from fairq.policies import get_policy
 FIFO = get_policy("fifo")
 TENANTS = ("a", "b", "c")
 STATUSES = {"queued", "running", "done", "failed", "cancelled"}
+DEFAULT_CAP = 10  # max_running of a tenant that appears through enqueue
 
 
 @dataclass
@@ -64,9 +65,14 @@ def make_machine(dsn: str) -> type[RuleBasedStateMachine]:
         def claim(self, batch: int) -> None:
             jobs = self.store.claim(FIFO, queue="default", batch=batch, worker="w")
             assert len(jobs) <= batch
-            claimable = any(m.status == "queued" for m in self.model.values())
-            if claimable:  # no tenant can be at its cap (10) with so few running: work-conserving
+            running = {t: sum(1 for m in self.model.values()
+                              if m.tenant == t and m.status == "running") for t in TENANTS}
+            # Work-conserving: a queued job of a tenant below its cap (the default 10) must come.
+            claimable = any(m.status == "queued" and running[m.tenant] < DEFAULT_CAP
+                            for m in self.model.values())
+            if claimable:
                 assert jobs, "a claim returned nothing while jobs were runnable"
+            assert all(running[j.tenant] < DEFAULT_CAP for j in jobs), "claimed over the cap"
             for j in jobs:
                 m = self.model[j.id]
                 assert m.status == "queued", f"job {j.id} claimed while {m.status}"
