@@ -61,6 +61,7 @@ DEFAULT_MAX_BATCH = 10  # R5: up to 10 a round trip by default
 # the worker writes the finishes of this many seconds again (fenced, so a no-op where they
 # survived), so a crash of the database re-runs almost none of them.
 FINISH_REPLAY_SECONDS = 10.0
+REPLAY_CHUNK = 5000  # finishes per statement when they are written again
 GATHER_SECONDS = 0.002  # see Worker._gather
 
 
@@ -442,7 +443,7 @@ class Worker:
                 if isinstance(e, psycopg.OperationalError | PoolTimeout):
                     log.warning("database unavailable (%s: %s); retrying in %.2fs",
                                 type(e).__name__, str(e).strip()[:200], delay)
-                    self._lost_connection()
+                    self._lost_connection(e)
                 else:
                     log.exception("database error; retrying in %.2fs", delay)
                 with self._lock:
@@ -566,8 +567,7 @@ class Worker:
                 self._finish_completions(store)
                 failures = 0
             except (psycopg.Error, PoolTimeout) as e:
-                if isinstance(e, psycopg.OperationalError | PoolTimeout):
-                    self._lost_connection()
+                self._lost_connection(e)
                 failures += 1
                 self.stats.db_errors += 1
                 delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 12)) * random.uniform(0.5, 1)
@@ -580,9 +580,16 @@ class Worker:
                 self._finish_wake.set()
                 self._finisher_exit.wait(1.0)
 
-    def _lost_connection(self) -> None:
-        """The database may have crashed: recent finishes it had not flushed may be undone."""
-        if not self.durable_finishes:
+    def _lost_connection(self, error: Exception) -> None:
+        """If ``error`` says the connection or the server went away, the database may have
+        crashed, undoing recent finishes it had not flushed: have them written again. (Lock and
+        statement timeouts, or SQL errors, leave the server up and say nothing of the kind.)"""
+        if self.durable_finishes:
+            return
+        state = getattr(error, "sqlstate", None)
+        if isinstance(error, PoolTimeout) or (
+                isinstance(error, psycopg.OperationalError)
+                and (state is None or state.startswith(("08", "57P")))):
             self._replay_finishes.set()
             self._finish_wake.set()
 
@@ -594,17 +601,21 @@ class Worker:
                 self._recent_finishes.popleft()
             recent = [c for _, batch in self._recent_finishes for c in batch]
         self._replay_finishes.clear()
+        repaired = 0
         try:
-            done = store.finish_done([(c.job.id, c.job.attempt) for c in recent
-                                      if c.error is None])
-            failed = store.finish_failed([(c.job.id, c.job.attempt, c.error, c.retry_delay)
-                                          for c in recent if c.error is not None])
+            for i in range(0, len(recent), REPLAY_CHUNK):
+                chunk = recent[i:i + REPLAY_CHUNK]
+                repaired += len(store.finish_done([(c.job.id, c.job.attempt) for c in chunk
+                                                   if c.error is None]))
+                repaired += len(store.finish_failed([
+                    (c.job.id, c.job.attempt, c.error, c.retry_delay)
+                    for c in chunk if c.error is not None]))
         except BaseException:
             self._replay_finishes.set()
             raise
-        if done or failed:
+        if repaired:
             log.warning("wrote %d finish(es) again that the database had lost (a crash before "
-                        "their commit was flushed)", len(done) + len(failed))
+                        "their commit was flushed)", repaired)
 
     def _finish_completions(self, store: Store) -> None:
         with self._lock:

@@ -560,3 +560,22 @@ def test_finishes_skip_the_wal_flush_unless_durable(dsn: str, pooler: bool) -> N
             w.finish_store.close()
             w.store.close()
             app.close()
+
+
+def test_only_a_lost_connection_replays_recent_finishes(app: fairq.App) -> None:
+    """Finishes are written again after the connection or the server went away (a crash may
+    have undone them), not after a lock or statement timeout, which leave the server up."""
+    from psycopg import errors
+    from psycopg_pool import PoolTimeout
+
+    lost = [psycopg.OperationalError("server closed the connection unexpectedly"),
+            errors.AdminShutdown("terminating connection"), errors.CrashShutdown("crash"),
+            errors.ConnectionFailure("gone"), PoolTimeout("no connection in 5 s")]
+    kept = [errors.LockNotAvailable("lock timeout"), errors.QueryCanceled("statement timeout"),
+            errors.UniqueViolation("a bug"), errors.DeadlockDetected("deadlock")]
+    for durable in (False, True):
+        w = app.worker(policy=POLICY, durable_finishes=durable)
+        for e in lost + kept:
+            w._replay_finishes.clear()
+            w._lost_connection(e)
+            assert w._replay_finishes.is_set() == (not durable and e in lost), e
