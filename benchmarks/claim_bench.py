@@ -253,6 +253,12 @@ def summarise(rounds: list[Round]) -> dict[str, dict[str, float]]:
     return out
 
 
+def vacuum_schedule(dsn: str) -> None:
+    """VACUUM tenant_schedule, as a worker's maintenance does every 10 s (ScheduleVacuum)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM fairq.tenant_schedule")
+
+
 def bench_size(dsn: str, tenants: int, policies: Sequence[str], args: argparse.Namespace,
                plan_mode: str, pgss: bool) -> dict[str, Any]:
     queue = f"q{tenants}"
@@ -264,6 +270,8 @@ def bench_size(dsn: str, tenants: int, policies: Sequence[str], args: argparse.N
         for rep in range(args.repeats):
             order = list(policies[rep % len(policies):]) + list(policies[:rep % len(policies)])
             for policy in order:
+                if args.vacuum_schedule:
+                    vacuum_schedule(dsn)
                 if pgss:
                     pgss_reset(dsn)
                 r = run_round(stores, policy, queue, args.jobs_per_round, args.batch)
@@ -375,6 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--finished", type=int, default=1_000_000)
     ap.add_argument("--explain-samples", type=int, default=5)
     ap.add_argument("--json", type=Path, help="write the full results here")
+    ap.add_argument("--vacuum-schedule", action="store_true",
+                    help="VACUUM tenant_schedule before each round, as workers do every 10 s")
     args = ap.parse_args(argv)
     if args.quick:
         args.repeats, args.jobs_per_round, args.warmup_jobs = 3, 500, 100
