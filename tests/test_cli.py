@@ -162,6 +162,7 @@ def test_prune_deletes_only_old_finished_jobs(
         ["enqueue", "t", "--tenant", "acme", "--cost", "0"],
         ["worker", "somewhere:app", "--policy", "lottery"],
         ["worker", "somewhere:app", "--concurrency", "0"],
+        ["worker", "somewhere:app", "--batch", "0"],
         ["tenants", "apply", "/nonexistent/tenants.toml"],
         ["job", "abc"],
         ["job", "0"],
@@ -370,7 +371,8 @@ def test_worker_until_empty_runs_the_jobs(dsn: str, tmp_path: Path) -> None:
         ids = app.enqueue_many("cli.touch", [("acme", {}), ("globex", {})])
     proc = subprocess.run(
         [sys.executable, "-m", "fairq", "--dsn", dsn, "worker", "cli_tasks:app", "--until-empty",
-         "--concurrency", "2", "--policy", "round_robin", "--poll-interval", "0.2"],
+         "--concurrency", "2", "--policy", "round_robin", "--poll-interval", "0.2",
+         "--batch", "1", "--durable-finishes"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
