@@ -47,8 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import claim_plans as cp
 from fairq import migrate
+from fairq.maintenance import DEFAULT_VACUUM_INTERVAL, MaintenanceSchedule, ScheduleVacuum
 from fairq.policies import get_policy
 from fairq.store import Store
+from fairq.store.pg import planner_options
 
 POLICIES = ("fifo", "round_robin", "weighted", "drr")
 # Substrings that tell the claim statements apart in pg_stat_statements' normalised text.
@@ -217,7 +219,8 @@ def pgss_read(dsn: str) -> dict[str, dict[str, float]]:
 def explain_samples(dsn: str, batch: int, queue: str, samples: int) -> dict[str, dict[str, float]]:
     """Median planning/execution ms per claim statement and plan mode (EXPLAIN ANALYZE, rolled back)."""
     acc: dict[str, dict[str, list[float]]] = {}
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    # The claimers' own session settings (JIT off among them: a JIT compile would be timed).
+    with psycopg.connect(dsn, autocommit=True, options=planner_options()) as conn:
         for _ in range(samples):
             for label, policy, statement in cp.CASES:
                 for mode, (_doc, s) in cp.explain_case(conn, statement, policy, batch=batch,
@@ -253,6 +256,37 @@ def summarise(rounds: list[Round]) -> dict[str, dict[str, float]]:
     return out
 
 
+@contextmanager
+def worker_maintenance(dsn: str, interval: float) -> Iterator[ScheduleVacuum | None]:
+    """What every deployed worker runs beside its claims: ScheduleVacuum, through the same
+    MaintenanceSchedule (one caller per interval), on its own connection. Without it the bench
+    would measure a tenant_schedule no deployment has (dead index entries since the last
+    autovacuum, a minute or more). ``interval`` <= 0: none. The other services are left out:
+    the pruner would delete the finished jobs the bench is about, the reaper and wakers have
+    nothing to do here."""
+    if interval <= 0:
+        yield None
+        return
+    store = Store(dsn, cp.SCHEMA, min_size=1, max_size=1, application_name="claim_bench_maint")
+    service = ScheduleVacuum(store, interval)
+    schedule = MaintenanceSchedule(store, [service])
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            schedule.run_due()
+            stop.wait(max(0.0, schedule.next_due() - time.monotonic()))
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        yield service
+    finally:
+        stop.set()
+        t.join()
+        store.close()
+
+
 def vacuum_schedule(dsn: str) -> None:
     """VACUUM tenant_schedule, as a worker's maintenance does every 10 s (ScheduleVacuum)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -264,7 +298,8 @@ def bench_size(dsn: str, tenants: int, policies: Sequence[str], args: argparse.N
     queue = f"q{tenants}"
     rounds: list[Round] = []
     pgss_by_policy: dict[str, dict[str, dict[str, float]]] = {}
-    with claimers(dsn, args.workers, plan_mode) as stores:
+    with claimers(dsn, args.workers, plan_mode) as stores, \
+            worker_maintenance(dsn, args.vacuum_interval) as vacuum:
         for policy in policies:  # warm-up: past psycopg's prepare threshold and the plan cache's
             run_round(stores, policy, queue, args.warmup_jobs, args.batch)
         for rep in range(args.repeats):
@@ -291,6 +326,7 @@ def bench_size(dsn: str, tenants: int, policies: Sequence[str], args: argparse.N
             d["plan_ms_per_call"] = d["plan_ms"] / d["calls"] if d["calls"] else 0.0
             d["exec_ms_per_call"] = d["exec_ms"] / d["calls"] if d["calls"] else 0.0
     return {"tenants": tenants, "plan_mode": plan_mode, "policies": summarise(rounds),
+            "schedule_vacuums": vacuum.vacuums if vacuum else 0,
             "plan_cache": plans, "pgss": pgss_by_policy}
 
 
@@ -383,6 +419,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--finished", type=int, default=1_000_000)
     ap.add_argument("--explain-samples", type=int, default=5)
     ap.add_argument("--json", type=Path, help="write the full results here")
+    ap.add_argument("--vacuum-interval", type=float, default=DEFAULT_VACUUM_INTERVAL,
+                    help="seconds between the workers' VACUUM of tenant_schedule, emulated "
+                         "beside the claimers as a worker runs it (default: the worker's; 0: none)")
     ap.add_argument("--vacuum-schedule", action="store_true",
                     help="VACUUM tenant_schedule before each round, as workers do every 10 s")
     args = ap.parse_args(argv)

@@ -35,6 +35,7 @@ from fairq.errors import InvalidInput
 from fairq.job import Job
 from fairq.listener import Listener
 from fairq.maintenance import (
+    DEFAULT_VACUUM_INTERVAL,
     DueWaker,
     MaintenanceSchedule,
     Pruner,
@@ -139,7 +140,7 @@ class Worker:
         reap_interval: float = 5.0,
         wake_interval: float = 1.0,
         stranded_interval: float = 30.0,
-        vacuum_interval: float = 10.0,
+        vacuum_interval: float = DEFAULT_VACUUM_INTERVAL,
         prune_after: float | None = None,
         prune_interval: float = 60.0,
         grace_period: float = 30.0,

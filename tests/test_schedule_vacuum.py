@@ -19,17 +19,32 @@ def vacuum_stats(dsn: str) -> tuple[int, object]:
     return int(dead), last
 
 
-def test_schedule_vacuum_clears_dead_schedule_rows(store: Store, dsn: str) -> None:
-    fill(store, {f"t{i}": 30 for i in range(5)})
+def churn(store: Store, claims: int = 15) -> None:
+    """Claims and finishes that leave dead schedule rows."""
     pol = get_policy("weighted")
-    for _ in range(15):
+    for _ in range(claims):
         got = store.claim(pol, queue="default", batch=10, worker="w")
         store.finish_done([(j.id, j.attempts) for j in got])
+    # An idle backend reports its statistics 10 s later; have the pool's report them now.
+    for _ in range(store.pool.max_size):
+        with store.pool.connection() as conn:
+            conn.execute("SELECT pg_stat_force_next_flush()")
+
+
+def wait_for_dead(dsn: str) -> int:
     deadline = time.monotonic() + 10
     while vacuum_stats(dsn)[0] == 0 and time.monotonic() < deadline:
         time.sleep(0.2)                      # statistics reach the view within a second or so
-    assert vacuum_stats(dsn)[0] > 0
-    ScheduleVacuum(store).run_once()
+    return vacuum_stats(dsn)[0]
+
+
+def test_schedule_vacuum_clears_dead_schedule_rows(store: Store, dsn: str) -> None:
+    fill(store, {f"t{i}": 30 for i in range(5)})
+    churn(store)
+    assert wait_for_dead(dsn) > 0
+    service = ScheduleVacuum(store, min_dead=1)
+    service.run_once()
+    assert service.vacuums == 1
     deadline = time.monotonic() + 10
     while vacuum_stats(dsn)[1] is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -37,9 +52,43 @@ def test_schedule_vacuum_clears_dead_schedule_rows(store: Store, dsn: str) -> No
     assert last is not None and dead == 0
 
 
+def test_schedule_vacuum_waits_for_enough_dead_rows(store: Store, dsn: str) -> None:
+    """A few dead rows wait (for min_dead more, or max_age); an idle table is never vacuumed."""
+    fill(store, {f"t{i}": 100 for i in range(5)})
+    idle = ScheduleVacuum(store, min_dead=1, max_age=0)
+    idle.run_once()   # nothing ever died: nothing to do, however old the last VACUUM
+    assert idle.vacuums == 0
+    churn(store)
+    dead = wait_for_dead(dsn)
+    assert dead > 0
+    store.vacuum_tenant_schedule()           # a fresh VACUUM: last_vacuum is now
+    churn(store, 3)
+    deadline = time.monotonic() + 10
+    while vacuum_stats(dsn)[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    few = vacuum_stats(dsn)[0]
+    assert 0 < few < 1000
+    waits = ScheduleVacuum(store, min_dead=1000, max_age=3600)
+    waits.run_once()
+    assert waits.vacuums == 0 and vacuum_stats(dsn)[0] == few
+    ScheduleVacuum(store, min_dead=1000, max_age=0).run_once()   # old enough: now it runs
+    deadline = time.monotonic() + 10
+    while vacuum_stats(dsn)[0] != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert vacuum_stats(dsn)[0] == 0
+    churn(store, 3)
+    assert wait_for_dead(dsn) > 0
+    enough = ScheduleVacuum(store, min_dead=1, max_age=3600)
+    enough.run_once()
+    assert enough.vacuums == 1
+
+
 def test_schedule_vacuum_without_ownership_gives_up_quietly(caplog: pytest.LogCaptureFixture) -> None:
     class NotOwner:
         calls = 0
+
+        def schedule_vacuum_due(self, min_dead: int, max_age: float) -> bool:
+            return True
 
         def vacuum_tenant_schedule(self) -> None:
             NotOwner.calls += 1

@@ -323,3 +323,17 @@ SELECT count(*) AS n FROM (
 -- indexed, so the updates cannot be HOT). The table is tiny and hot; a minute of autovacuum
 -- naptime lets it bloat to many times its size. SKIP_LOCKED: never wait behind anyone.
 VACUUM (SKIP_LOCKED) {schema}.tenant_schedule;
+
+-- name: schedule_vacuum_due
+-- Is a VACUUM of tenant_schedule worth its cost (10-30 ms) now? Every fair claim walks the
+-- runnable index from its front, over the entries that claims and finishes left dead since the
+-- last VACUUM: so yes once min_dead rows died, and whenever some died and the last VACUUM is
+-- older than max_age seconds. An idle queue is not vacuumed at all. Without statistics (no
+-- row: track_counts off) the answer is yes.
+SELECT coalesce((
+    SELECT s.n_dead_tup >= %(min_dead)s
+        OR (s.n_dead_tup > 0
+            AND coalesce(greatest(s.last_vacuum, s.last_autovacuum), '-infinity')
+                <= now() - make_interval(secs => %(max_age)s))
+    FROM pg_stat_user_tables s
+    WHERE s.schemaname = %(schema)s AND s.relname = 'tenant_schedule'), true) AS due;

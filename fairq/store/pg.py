@@ -350,6 +350,14 @@ class Store:
         with self.pool.connection() as conn:
             conn.execute(self.q("vacuum_tenant_schedule"), prepare=False)
 
+    def schedule_vacuum_due(self, min_dead: int, max_age: float) -> bool:
+        """Whether tenant_schedule has enough dead rows (or old enough ones) to VACUUM now."""
+        with self._tx() as cur:
+            cur.execute(self.q("schedule_vacuum_due"),
+                        {"schema": self.schema, "min_dead": min_dead, "max_age": max_age})
+            row = cur.fetchone()
+            return bool(row and row["due"])
+
     def maintenance_due(self, key: str, interval: float) -> bool:
         """True for exactly one caller per ``interval`` seconds and ``key``."""
         with self._tx() as cur:
