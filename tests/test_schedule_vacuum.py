@@ -98,3 +98,15 @@ def test_schedule_vacuum_without_ownership_gives_up_quietly(caplog: pytest.LogCa
     assert service.run_once() == 0 and service.run_once() == 0
     assert NotOwner.calls == 1 and service.disabled
     assert "autovacuum" in caplog.text
+
+
+def test_schedule_vacuum_without_statistics_always_runs(store: Store, dsn: str) -> None:
+    """track_counts off: n_dead_tup stays 0, so the statistics cannot say; VACUUM every check."""
+    assert store.schedule_vacuum_due(10**9, 3600) is False   # counted, and nothing died
+    blind = Store(dsn, "fairq", min_size=1, max_size=1)
+    try:
+        with blind.pool.connection() as conn:   # the pool's only connection keeps the setting
+            conn.execute("SET track_counts = off")
+        assert blind.schedule_vacuum_due(10**9, 3600) is True
+    finally:
+        blind.close()

@@ -328,9 +328,9 @@ VACUUM (SKIP_LOCKED) {schema}.tenant_schedule;
 -- Is a VACUUM of tenant_schedule worth its cost (10-30 ms) now? Every fair claim walks the
 -- runnable index from its front, over the entries that claims and finishes left dead since the
 -- last VACUUM: so yes once min_dead rows died, and whenever some died and the last VACUUM is
--- older than max_age seconds. An idle queue is not vacuumed at all. Without statistics (no
--- row: track_counts off) the answer is yes.
-SELECT coalesce((
+-- older than max_age seconds. An idle queue is not vacuumed at all. Without statistics
+-- (track_counts off: n_dead_tup stays 0) the answer is always yes: a VACUUM every interval.
+SELECT NOT current_setting('track_counts')::bool OR coalesce((
     SELECT s.n_dead_tup >= %(min_dead)s
         OR (s.n_dead_tup > 0
             AND coalesce(greatest(s.last_vacuum, s.last_autovacuum), '-infinity')
