@@ -288,7 +288,7 @@ def worker_maintenance(dsn: str, interval: float) -> Iterator[ScheduleVacuum | N
 
 
 def vacuum_schedule(dsn: str) -> None:
-    """VACUUM tenant_schedule, as a worker's maintenance does every 10 s (ScheduleVacuum)."""
+    """VACUUM tenant_schedule now (the --vacuum-schedule diagnostic, before each round)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM fairq.tenant_schedule")
 
@@ -423,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="seconds between the workers' VACUUM of tenant_schedule, emulated "
                          "beside the claimers as a worker runs it (default: the worker's; 0: none)")
     ap.add_argument("--vacuum-schedule", action="store_true",
-                    help="VACUUM tenant_schedule before each round, as workers do every 10 s")
+                    help="diagnostic: also VACUUM tenant_schedule before each round")
     args = ap.parse_args(argv)
     if args.quick:
         args.repeats, args.jobs_per_round, args.warmup_jobs = 3, 500, 100
