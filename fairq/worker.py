@@ -98,7 +98,12 @@ class _Completion:
 
 @dataclass
 class WorkerStats:
-    """Counts since start-up, for logs and tests (metrics go through the observer)."""
+    """Counts since start-up, for logs and tests (metrics go through the observer).
+
+    The control thread alone writes claimed, loops, released and abandoned; the outcome
+    counters and db_errors, written by the finisher and the control thread (which also finishes
+    while it drains), are changed under the worker's lock.
+    """
 
     claimed: int = 0
     done: int = 0
@@ -437,7 +442,8 @@ class Worker:
                 self.observer.on_loop(True)
             except (psycopg.Error, PoolTimeout) as e:
                 failures += 1
-                self.stats.db_errors += 1
+                with self._lock:  # the finisher thread counts its errors here too
+                    self.stats.db_errors += 1
                 self.observer.on_loop(False)
                 delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 12))
                 delay *= random.uniform(0.5, 1.0)
@@ -570,7 +576,8 @@ class Worker:
             except (psycopg.Error, PoolTimeout) as e:
                 self._lost_connection(e)
                 failures += 1
-                self.stats.db_errors += 1
+                with self._lock:  # the control thread counts its errors here too
+                    self.stats.db_errors += 1
                 delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 12)) * random.uniform(0.5, 1)
                 log.warning("finishing jobs failed (%s: %s); retrying in %.2fs",
                             type(e).__name__, str(e).strip()[:200], delay)
@@ -672,15 +679,16 @@ class Worker:
 
     def _count(self, outcome: str) -> None:
         s = self.stats
-        s.by_outcome[outcome] = s.by_outcome.get(outcome, 0) + 1
-        if outcome == "done":
-            s.done += 1
-        elif outcome == "retry":
-            s.retry += 1
-        elif outcome == "failed":
-            s.failed += 1
-        elif outcome == "lease_lost":
-            s.lease_lost += 1
+        with self._lock:  # the finisher counts, and the control thread too while it drains
+            s.by_outcome[outcome] = s.by_outcome.get(outcome, 0) + 1
+            if outcome == "done":
+                s.done += 1
+            elif outcome == "retry":
+                s.retry += 1
+            elif outcome == "failed":
+                s.failed += 1
+            elif outcome == "lease_lost":
+                s.lease_lost += 1
 
     def _heartbeat(self, store: Store, now: float) -> None:
         with self._lock:
