@@ -601,12 +601,15 @@ class Worker:
             self._replay_finishes.set()
             self._finish_wake.set()
 
+    def _forget_old_finishes(self, now: float) -> None:
+        """Drop remembered finishes older than FINISH_REPLAY_SECONDS (caller holds the lock)."""
+        while self._recent_finishes and self._recent_finishes[0][0] < now - FINISH_REPLAY_SECONDS:
+            self._recent_finishes.popleft()
+
     def _replay(self, store: Store) -> None:
         """Write the recent finishes again, fenced: only those a crash undid change anything."""
-        horizon = time.monotonic() - FINISH_REPLAY_SECONDS
         with self._lock:
-            while self._recent_finishes and self._recent_finishes[0][0] < horizon:
-                self._recent_finishes.popleft()
+            self._forget_old_finishes(time.monotonic())
             recent = [c for _, batch in self._recent_finishes for c in batch]
         self._replay_finishes.clear()
         repaired = 0
@@ -673,8 +676,7 @@ class Worker:
             if not self.durable_finishes:
                 now = time.monotonic()
                 self._recent_finishes.append((now, batch))
-                while self._recent_finishes[0][0] < now - FINISH_REPLAY_SECONDS:
-                    self._recent_finishes.popleft()
+                self._forget_old_finishes(now)
         self._wake.set()
 
     def _count(self, outcome: str) -> None:
