@@ -4,6 +4,12 @@ A file holds blocks that start with ``-- name: NAME``. ``{schema}`` in a stateme
 the quoted schema identifier (validated first); everything else reaches PostgreSQL as bound
 parameters. The rendered text is cached per schema, so psycopg's prepared-statement cache sees
 one stable text per statement.
+
+The comments stay in the files, not in what is sent: psycopg caches the parsing of a query's
+placeholders only for texts up to 4 KiB, and the documented claim statements were longer, so
+every claim re-parsed its text in Python (0.15 ms of CPU per claim and finish, measured with
+cProfile at one tenant). Each sent statement starts with a one-line label, ``-- fairq NAME``,
+so pg_stat_statements and pg_stat_activity still tell the statements apart.
 """
 
 from __future__ import annotations
@@ -34,8 +40,48 @@ def _raw() -> dict[str, str]:
             name = mark.group(1)
             if name in found:
                 raise RuntimeError(f"SQL statement {name!r} is defined twice")
-            found[name] = body.rstrip(";").strip()
+            found[name] = _compact(name, body.rstrip(";").strip())
     return found
+
+
+def _compact(name: str, body: str) -> str:
+    """``body`` without comments, indentation and blank lines, under the label ``-- fairq NAME``.
+
+    A small scanner, not a regex, so that ``--`` and spaces inside a quoted literal or identifier
+    stay. Literals spanning lines are refused (the statements have none, and the line handling
+    would change them).
+    """
+    out: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        i += 1
+        if quote:
+            if ch == "\n":
+                raise RuntimeError(f"SQL statement {name!r}: a quoted text spans lines")
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "-" and body.startswith("-", i):
+            end = body.find("\n", i)
+            i = len(body) if end < 0 else end
+            continue
+        elif ch in " \t":
+            if out and out[-1] not in " \n":
+                out.append(" ")
+            continue
+        elif ch == "\n":
+            while out and out[-1] == " ":
+                out.pop()
+            if out and out[-1] != "\n":
+                out.append("\n")
+            continue
+        out.append(ch)
+    if quote:
+        raise RuntimeError(f"SQL statement {name!r}: unterminated quote")
+    return f"-- fairq {name}\n" + "".join(out).strip()
 
 
 def names() -> list[str]:
