@@ -283,3 +283,68 @@ def test_claim_that_waited_for_held_tenant_rows_still_fills_its_batch(
         t.join(timeout=30)
     assert len(got) == 10, got
     assert running_mismatch(dsn) == []
+
+
+def _wait_until_blocked(dsn: str, pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while not sql_rows(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s "
+                            "AND wait_event_type = 'Lock'", (pid,)):
+        assert time.monotonic() < deadline, "the claimer never waited for the held tenant row"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("room_left", [100, 5])
+def test_greedy_claim_of_a_held_tenant_locks_its_jobs_first_then_grants_all_or_none(
+        store: Store, dsn: str, room_left: int) -> None:
+    """claim_fair_greedy when the only runnable tenant's row is held (one busy tenant, many
+    workers): it locks up to a batch of that tenant's jobs before it waits for the row, then
+    takes the row by updating it, granting all of them if they fit under the cap on the current
+    row and none otherwise (the store's claim_fair_wait then grants what fits).
+
+    room_left 100: the holder commits without changing the row; B gets its 10 jobs.
+    room_left 5: the holder fills the tenant up to 5 free slots; B's 10 must not be granted."""
+    import psycopg
+
+    from fairq import sql
+    from fairq.store.pg import planner_options
+
+    store.set_tenants([TenantConfig("t", 2.0, 100)])
+    fill(store, {"t": 30})
+    params = get_policy("weighted").claim_params(queue="default", batch=10, worker="b",
+                                                 tenant_scan=64)
+    text = sql.statement("claim_fair_greedy", "fairq")
+    before = sql_rows(dsn, "SELECT running, vtime FROM fairq.tenant_schedule WHERE tenant = 't'")[0]
+    a = psycopg.connect(dsn, options=planner_options())
+    b = psycopg.connect(dsn, autocommit=True, options=planner_options())
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.extend(b.execute(text, params).fetchall()))
+    try:
+        a.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 't' FOR UPDATE")
+        t.start()
+        _wait_until_blocked(dsn, b.info.backend_pid)
+        # B already holds ten of the thirty jobs, taken before its wait.
+        with psycopg.connect(dsn) as c:
+            free_jobs = c.execute("SELECT id FROM fairq.jobs WHERE tenant = 't' "
+                                  "FOR UPDATE SKIP LOCKED").fetchall()
+            c.rollback()
+        assert len(free_jobs) == 20
+        if room_left < 100:
+            a.execute("UPDATE fairq.tenant_schedule SET max_running = running + %s "
+                      "WHERE tenant = 't'", (room_left,))
+        a.commit()
+    finally:
+        a.close()  # releases the row even when an assertion failed, so B can finish
+        if t.ident is not None:
+            t.join(timeout=30)
+        b.close()
+    running, vtime = sql_rows(dsn, "SELECT running, vtime FROM fairq.tenant_schedule "
+                                   "WHERE tenant = 't'")[0]
+    if room_left >= 10:
+        assert len(got) == 10
+        assert (running, vtime) == (before[0] + 10, before[1] + 10 / 2.0)
+    else:
+        assert got == []
+        assert (running, vtime) == before
+        # The store's fallback grants what fits: exactly the 5 free slots.
+        assert len(store.claim(get_policy("weighted"), queue="default", batch=10, worker="c")) == 5
+    assert running_mismatch(dsn) == []

@@ -219,9 +219,10 @@ RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts
 -- nobody holds) instead of one claim holding every tenant of a small queue and the others
 -- queueing behind it. The window still applies: nobody more than a batch of virtual time
 -- ahead of V is served, so vtimes stay within a window (+ one batch per claim) of each other.
--- If every runnable tenant is held, it waits for the one at V (holding no other row, so it
--- cannot deadlock: every row `free` locked is one it returns, see below): one busy tenant and
--- many workers then pay one statement per claim.
+-- If every runnable tenant is held, it locks (SKIP LOCKED) the jobs of the tenant at V first and
+-- then waits for that tenant's row by updating it, all of those jobs or none: one busy tenant and
+-- many workers then pay one statement per claim. The wait holds no tenant row, only queued jobs'
+-- rows, which every claim locks SKIP LOCKED (nothing waits for them holding a tenant row).
 -- Tenants found with nothing to give are left to claim_fair and claim_fair_wait to deactivate
 -- (reading `free` to the end to find them would lock tenants the batch never reached).
 WITH vmin AS (
@@ -231,7 +232,7 @@ WITH vmin AS (
 -- Candidates in (vtime, tenant) order, each row locked by its key as the batch reaches it. The
 -- lock is taken by key on purpose: a lock whose row no longer matches the scan's conditions
 -- (its vtime moved on, it reached its cap, since our snapshot) is kept but the row would be
--- dropped silently, and `held` below would then wait while holding it (a deadlock with
+-- dropped silently, and `took` below would then wait while holding it (a deadlock with
 -- claim_fair_wait, which locks in tenant order: seen once under benchmark load). Locked by key,
 -- every row locked is returned, and the conditions are applied to the current row: room 0.
 free AS MATERIALIZED (
@@ -252,24 +253,49 @@ free AS MATERIALIZED (
     ORDER BY c.vtime, c.tenant
     LIMIT %(batch)s
 ),
--- Only when `free` locked no row at all (so this waits holding nothing): wait for the row of the
--- tenant at V, chosen and locked by its key for the same reason; its room is read from the
--- current row after the wait.
-held AS MATERIALIZED (
-    SELECT ts.tenant, ts.weight,
-           CASE WHEN ts.active THEN greatest(ts.max_running - ts.running, 0) ELSE 0 END AS room
-    FROM {schema}.tenant_schedule ts
-    WHERE ts.queue = %(queue)s
-      AND ts.tenant = (SELECT v.tenant FROM {schema}.tenant_schedule v
-                       WHERE v.queue = %(queue)s AND v.active AND v.running < v.max_running
-                       ORDER BY v.vtime, v.tenant LIMIT 1)
+-- Only when `free` locked no row at all: the tenant at V, read (not locked), and its free
+-- slots as this statement's snapshot saw them.
+hot AS MATERIALIZED (
+    SELECT v.tenant, v.max_running - v.running AS room
+    FROM {schema}.tenant_schedule v
+    WHERE v.queue = %(queue)s AND v.active AND v.running < v.max_running
       AND NOT EXISTS (SELECT FROM free)
-    FOR UPDATE OF ts
+    ORDER BY v.vtime, v.tenant
+    LIMIT 1
+),
+-- Its jobs, locked now, before waiting for its row: read with this statement's fresh snapshot
+-- (after the wait the snapshot would be stale, and every job claimed meanwhile would be
+-- rechecked, EvalPlanQual, while the tenant row is held), and outside the row's critical section.
+prelocked AS MATERIALIZED (
+    SELECT q.id, q.cost
+    FROM hot h CROSS JOIN LATERAL (
+        SELECT q.id, q.cost
+        FROM {schema}.jobs q
+        WHERE q.queue = %(queue)s AND q.tenant = h.tenant
+          AND q.status = 'queued' AND q.run_at <= now()
+        ORDER BY q.priority DESC, q.run_at, q.id
+        LIMIT least(h.room, %(batch)s)
+        FOR UPDATE OF q SKIP LOCKED
+    ) q
+),
+-- Wait for the tenant's row by updating it: the UPDATE itself waits and then rechecks the current
+-- row (one recheck where a lock then an update took two), and grants all the locked jobs or none:
+-- the cap is checked on the current row, so it holds exactly. None (the tenant filled up or went
+-- idle meanwhile): the claim comes back short and the store's claim_fair_wait grants what fits.
+took AS (
+    UPDATE {schema}.tenant_schedule ts
+    SET running = ts.running + p.n, claimed_total = ts.claimed_total + p.n,
+        vtime = ts.vtime + p.units / (CASE WHEN %(by_weight)s THEN ts.weight ELSE 1.0 END),
+        last_served_at = now()
+    FROM (SELECT count(*) AS n, sum(CASE WHEN %(by_cost)s THEN pl.cost ELSE 1.0 END) AS units
+          FROM prelocked pl) p
+    WHERE ts.queue = %(queue)s AND ts.tenant = (SELECT h.tenant FROM hot h)
+      AND p.n > 0 AND ts.active AND ts.running + p.n <= ts.max_running
+    RETURNING ts.tenant
 ),
 picked AS MATERIALIZED (
     SELECT j.id, c.tenant, c.weight, j.cost
-    FROM (SELECT f.tenant, f.weight, f.room FROM free f
-          UNION ALL SELECT h.tenant, h.weight, h.room FROM held h) c
+    FROM free c
     CROSS JOIN LATERAL (
         SELECT q.id, q.cost
         FROM {schema}.jobs q
@@ -287,7 +313,7 @@ per_tenant AS (
                / (CASE WHEN %(by_weight)s THEN p.weight ELSE 1.0 END)) AS inc
     FROM picked p GROUP BY p.tenant
 ),
--- Only served tenants, whose rows we hold: room was read from the locked row, so no cap
+-- The tenants `free` served, whose rows we hold: room was read from the locked row, so no cap
 -- re-check is needed.
 upd_tenants AS (
     UPDATE {schema}.tenant_schedule ts
@@ -300,8 +326,9 @@ upd_tenants AS (
 UPDATE {schema}.jobs j
 SET status = 'running', attempts = j.attempts + 1, started_at = now(),
     locked_until = now() + make_interval(secs => j.lease_seconds), locked_by = %(worker)s
-FROM picked p
-WHERE j.id = p.id
+WHERE j.id = ANY ((SELECT array_agg(x.id) FROM (
+          SELECT p.id FROM picked p
+          UNION ALL SELECT pl.id FROM prelocked pl WHERE EXISTS (SELECT FROM took)) x)::bigint[])
 RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
           j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until;
 
