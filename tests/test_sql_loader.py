@@ -36,7 +36,8 @@ def test_compact_keeps_quoted_text_whole() -> None:
     assert _compact("q", body) == "-- fairq q\nSELECT 'a -- b', 'it''s  two', \"odd--name\"\nFROM t"
 
 
-@pytest.mark.parametrize("body", ["SELECT 'open\nliteral'", "SELECT 'unterminated"])
+@pytest.mark.parametrize("body", ["SELECT 'open\nliteral'", "SELECT 'unterminated",
+                                  "SELECT $$a -- b$$"])
 def test_compact_refuses_literals_it_could_change(body: str) -> None:
     with pytest.raises(RuntimeError, match="'bad'"):
         _compact("bad", body)

@@ -28,8 +28,8 @@ def _schema() -> str:
 
 
 def _replace(where: str) -> None:
-    # Built beside the old index, then swapped, so the reaper always has one (the swap holds
-    # the jobs table's lock only for the drop and the rename).
+    # Built beside the old index, then swapped. Like any CREATE INDEX in a migration's
+    # transaction, the build blocks writes to jobs while it reads the table, until the commit.
     s = _schema()
     op.create_index("jobs_lease_idx_new", "jobs", ["locked_until"], schema=s,
                     postgresql_where=sa.text(where))

@@ -48,9 +48,11 @@ def _compact(name: str, body: str) -> str:
     """``body`` without comments, indentation and blank lines, under the label ``-- fairq NAME``.
 
     A small scanner, not a regex, so that ``--`` and spaces inside a quoted literal or identifier
-    stay. Literals spanning lines are refused (the statements have none, and the line handling
-    would change them).
+    stay. Literals spanning lines and dollar quoting are refused (the statements have none, and
+    the scanner would change them).
     """
+    if "$$" in body:
+        raise RuntimeError(f"SQL statement {name!r}: dollar quoting is not supported here")
     out: list[str] = []
     quote = ""
     i = 0
