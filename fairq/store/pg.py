@@ -54,6 +54,9 @@ PLAN_CACHE_MODE = "force_generic_plan"
 PLANNER_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
                     "jit": "off"}
 CONTENDED_CLAIMS = 16  # claims that start with policy.contended after signs of held tenant rows
+# The one allocation that raises glibc's thresholds in a new server process (warm_allocator in
+# session.sql): above the claims' per-statement memory, at most glibc's 32 MiB ceiling.
+ALLOCATOR_WARMUP_BYTES = 16 * 1024 * 1024
 
 
 def planner_options() -> str:
@@ -154,6 +157,7 @@ class Store:
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         # Behind a pooler this lands on whichever server connection serves it: it only labels.
         conn.execute(self.q("label_session"), {"name": self.application_name})
+        conn.execute(self.q("warm_allocator"), {"bytes": ALLOCATOR_WARMUP_BYTES})
 
     def close(self) -> None:
         self.pool.close()
