@@ -155,7 +155,8 @@ class Store:
             self.pool.open(wait=False)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        # Behind a pooler this lands on whichever server connection serves it: it only labels.
+        # Behind a pooler both land on whichever server connection serves them: the label is
+        # cosmetic there, and the warm-up reaches one more server process each time.
         conn.execute(self.q("label_session"), {"name": self.application_name})
         conn.execute(self.q("warm_allocator"), {"bytes": ALLOCATOR_WARMUP_BYTES})
 
