@@ -55,8 +55,10 @@ PLANNER_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_m
                     "jit": "off"}
 CONTENDED_CLAIMS = 16  # claims that start with policy.contended after signs of held tenant rows
 # The one allocation that raises glibc's thresholds in a new server process (warm_allocator in
-# session.sql): above the claims' per-statement memory, at most glibc's 32 MiB ceiling.
-ALLOCATOR_WARMUP_BYTES = 16 * 1024 * 1024
+# session.sql): the trim threshold becomes twice this, well above the ~2 MB a waiting fair claim
+# frees. Kept small because the server writes every byte once: 4 MiB took 25 ms per new
+# connection here, 16 MiB 100 ms (glibc's ceiling is 32 MiB).
+ALLOCATOR_WARMUP_BYTES = 4 * 1024 * 1024
 
 
 def planner_options() -> str:
