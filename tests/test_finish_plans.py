@@ -32,8 +32,8 @@ RUNNING = 2000
 FINISH = 10
 # By primary key a finish of ten here touched 148-179 buffers (the probes, the tenants' rows and
 # the index insertions of ten updates). Through the lease index it touched 203-213 at 2,000
-# running jobs, and at 5,000 that index scan alone read 1,012: the index checks below are what tell the plans apart at this
-# size; this bound catches a plan that reads far more than either.
+# running jobs, and at 5,000 that index scan alone read 1,012. The index checks below are what
+# tell the plans apart at this size; this bound catches a plan that reads far more than either.
 MAX_BUFFERS = 250
 TYPES = {"ids": "bigint[]", "attempts": "int[]", "errors": "text[]", "retry_delays": "float8[]",
          "seconds": "float8"}
