@@ -245,6 +245,14 @@ def test_all_capped_queue_newcomer_does_not_jump_ahead_forever(store: Store, dsn
     store.finish_done([(j.id, j.attempts) for j in held])
 
 
+def _wait_until_blocked(dsn: str, pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while not sql_rows(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s "
+                            "AND wait_event_type = 'Lock'", (pid,)):
+        assert time.monotonic() < deadline, "the claimer never waited for the held rows"
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize(("statement", "policy"),
                          [("claim_fair_wait", p) for p in FAIR] + [("claim_fifo", "fifo")])
 def test_claim_that_waited_for_held_tenant_rows_still_fills_its_batch(
@@ -274,23 +282,11 @@ def test_claim_that_waited_for_held_tenant_rows_still_fills_its_batch(
         got: list[object] = []
         t = threading.Thread(target=lambda: got.extend(b.execute(text, params).fetchall()))
         t.start()
-        deadline = time.monotonic() + 10
-        while not sql_rows(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s "
-                                "AND wait_event_type = 'Lock'", (pid,)):
-            assert time.monotonic() < deadline, "claimer B never waited for A's rows"
-            time.sleep(0.01)
+        _wait_until_blocked(dsn, pid)
         a.commit()
         t.join(timeout=30)
     assert len(got) == 10, got
     assert running_mismatch(dsn) == []
-
-
-def _wait_until_blocked(dsn: str, pid: int) -> None:
-    deadline = time.monotonic() + 10
-    while not sql_rows(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s "
-                            "AND wait_event_type = 'Lock'", (pid,)):
-        assert time.monotonic() < deadline, "the claimer never waited for the held tenant row"
-        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("room_left", [100, 5])
