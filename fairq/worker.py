@@ -200,6 +200,8 @@ class Worker:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._hard = False
+        self._signalled = False  # set by the signal handler alone (see _on_signal)
+        self._signal_pipe: int | None = None  # the handler's end of the relay pipe
         self._hot: set[str] = set()
         self._poll_now = True
         self._inflight: dict[tuple[int, int], _Running] = {}
@@ -254,6 +256,19 @@ class Worker:
     def run(self, until_empty: bool = False) -> None:
         """Work until ``stop()``, SIGTERM/SIGINT, or (``until_empty``) nothing is runnable."""
         restore = self._install_signals()
+        try:
+            self._run(until_empty)
+        finally:
+            for sig, handler in restore.items():
+                signal.signal(sig, handler)
+            if self._hard:  # logged here: the handler itself must not (see _on_signal)
+                log.warning("second signal: exited without waiting for running jobs; their "
+                            "leases will expire and be reaped")
+            if self._signal_pipe is not None:
+                os.close(self._signal_pipe)  # the relay thread reads EOF and ends
+                self._signal_pipe = None
+
+    def _run(self, until_empty: bool) -> None:
         log.info("worker %s: queues=%s policy=%s concurrency=%d", self.worker_id,
                  ",".join(self.queues), self.policy.name, self.concurrency)
         store = self.store
@@ -265,8 +280,6 @@ class Worker:
         finally:
             if not self._hard:
                 self._shutdown_threads()
-            for sig, handler in restore.items():
-                signal.signal(sig, handler)
 
     # -- set-up ---------------------------------------------------------------------------
     def _services(self, store: Store) -> list[Service]:
@@ -285,6 +298,11 @@ class Worker:
     def _install_signals(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
             return {}
+        self._signalled = False
+        read_end, self._signal_pipe = os.pipe()
+        os.set_blocking(self._signal_pipe, False)
+        threading.Thread(target=self._relay_signals, args=(read_end,), name="fairq-signals",
+                         daemon=True).start()
         previous: dict[int, Any] = {}
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.getsignal(sig)
@@ -292,13 +310,29 @@ class Worker:
         return previous
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self._stopping.is_set():
-            log.warning("second signal %d: exiting now; leases will expire and be reaped", signum)
+        """Runs on the main thread between two bytecodes, perhaps while that thread holds a lock
+        (an Event's, the pool's, logging's): so it takes none. It passes the signal to the relay
+        thread through a pipe; a second one raises SystemExit here, which needs no lock."""
+        if self._signalled or self._stopping.is_set():
             self._hard = True
             raise SystemExit(128 + signum)
-        log.info("signal %d: stopping (in-flight jobs get %.0fs); again to exit now",
-                 signum, self.grace_period)
-        self.stop()
+        self._signalled = True
+        if self._signal_pipe is not None:
+            try:
+                os.write(self._signal_pipe, bytes((signum,)))
+            except OSError:  # cannot happen with one byte in an empty pipe; stop regardless
+                self._hard = True
+                raise SystemExit(128 + signum) from None
+
+    def _relay_signals(self, read_end: int) -> None:
+        """The relay thread: stops the worker for the signal handler, until the pipe closes."""
+        try:
+            while data := os.read(read_end, 1):
+                log.info("signal %d: stopping (in-flight jobs get %.0fs); again to exit now",
+                         data[0], self.grace_period)
+                self.stop()
+        finally:
+            os.close(read_end)
 
     def _start_threads(self) -> None:
         for i in range(self.concurrency):
@@ -643,6 +677,8 @@ class Worker:
         finally:
             with self._lock:
                 self._finishing -= len(batch)
+            # After the count: a drain waiting for it to reach 0 must see it when it wakes.
+            self._wake.set()
 
     def _finish(self, store: Store, batch: list[_Completion]) -> None:
         done = [c for c in batch if c.error is None]
@@ -677,7 +713,6 @@ class Worker:
                 now = time.monotonic()
                 self._recent_finishes.append((now, batch))
                 self._forget_old_finishes(now)
-        self._wake.set()
 
     def _count(self, outcome: str) -> None:
         s = self.stats
@@ -723,6 +758,7 @@ class Worker:
         if unstarted:
             self._retry_until(deadline, lambda: self._release(store, unstarted))
         while True:
+            self._wake.clear()  # before looking, so that a wake-up after the look is not lost
             self._retry_until(deadline, lambda: self._finish_and_heartbeat(store))
             with self._lock:
                 if not self._inflight and not self._completions and not self._finishing:
@@ -731,7 +767,6 @@ class Worker:
                               default=deadline)
             if time.monotonic() >= deadline:
                 break
-            self._wake.clear()
             self._wake.wait(max(0.0, min(deadline, next_hb) - time.monotonic()))
         with self._lock:
             left = list(self._inflight.values())
