@@ -271,6 +271,19 @@ def spawn(dsn: str, *args: str) -> subprocess.Popen[str]:
     return p
 
 
+def outcome(p: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """The worker's stdout and stderr once it exits; if it has not within ``timeout``, its
+    threads' stacks (worker_proc dumps them on SIGUSR1) go into the failure message."""
+    try:
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"the worker did not exit within {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
+
+
 def wait_for(pred: Any, timeout: float = 60.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not pred():
@@ -296,7 +309,7 @@ def test_kill_9_mid_job_another_worker_finishes(app: fairq.App, dsn: str,
     wait_for(lambda: sql(dsn, "SELECT locked_until < now() FROM fairq.jobs WHERE id = %s",
                          (job_id,))[0][0], what="the lease to expire")
     rescuer = spawn(dsn, "--until-empty")  # reaps at start-up, claims, runs, exits
-    out, err = rescuer.communicate(timeout=60)
+    out, err = outcome(rescuer, 60)
     assert rescuer.returncode == 0, err
     info = app.job(job_id)
     assert info is not None and (info.status, info.attempts) == ("done", 2), info
@@ -312,7 +325,8 @@ def test_sigterm_lets_inflight_finish(app: fairq.App, dsn: str, tmp_path: Path) 
     try:
         wait_for(lambda: Path(f"{mark}.started.1").exists(), what="the job to start")
         p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=60)
+        # the job takes 1.5 s; the grace period (30 s) must not be slept through after it
+        out, err = outcome(p, 20)
     finally:
         if p.poll() is None:
             p.kill()
@@ -338,7 +352,7 @@ def test_second_signal_exits_at_once(app: fairq.App, dsn: str, tmp_path: Path) -
         time.sleep(0.3)
         assert p.poll() is None  # the first signal waits for the in-flight job
         p.send_signal(signal.SIGTERM)
-        p.wait(30)
+        outcome(p, 30)
     finally:
         if p.poll() is None:
             p.kill()

@@ -9,7 +9,9 @@ Prints ``READY`` once its loop runs and LISTEN is in effect.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -48,6 +50,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=None)
     a = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # a hung worker's threads can be dumped to stderr: kill -USR1 PID (the tests do on timeout)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     app = build_app(a.dsn)
     worker = app.worker(concurrency=a.concurrency, policy=a.policy, grace_period=a.grace,
                         poll_interval=a.poll, batch=a.batch, reap_interval=0.5)
