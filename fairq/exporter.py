@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
 import threading
 import time
 from collections import deque
@@ -38,6 +37,7 @@ from psycopg.rows import dict_row
 from fairq import sql
 from fairq.metrics import OTHER, MetricsServer, db_check, max_tenants_from_env, serve
 from fairq.policies.fairness import jain_index, max_share_error
+from fairq.signals import SignalRelay
 
 log = logging.getLogger("fairq.exporter")
 
@@ -280,13 +280,11 @@ def run(dsn: str, schema: str, *, host: str = "0.0.0.0", port: int = 9765,
     """Serve until SIGTERM/SIGINT (or ``stop`` is set); /healthz = the database answers."""
     registry = build_registry(dsn, schema, **options)
     server: MetricsServer = serve(port, host, health=db_check(dsn), registry=registry)
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    if ready is not None:
-        ready(server)
+    stopping = stop or threading.Event()
     try:
-        stop.wait()
+        with SignalRelay(lambda _: stopping.set()):  # a second signal exits at once
+            if ready is not None:
+                ready(server)
+            stopping.wait()
     finally:
         server.close()

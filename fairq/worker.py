@@ -17,7 +17,6 @@ import os
 import queue as queue_mod
 import random
 import secrets
-import signal
 import socket
 import threading
 import time
@@ -25,8 +24,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -47,6 +45,7 @@ from fairq.maintenance import (
 from fairq.models import ClaimedJob
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.policies import get_policy
+from fairq.signals import SignalRelay
 from fairq.store import Store
 from fairq.store.pg import channel_for
 
@@ -199,9 +198,7 @@ class Worker:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._hard = False
-        self._signalled = False  # set by the signal handler alone (see _on_signal)
-        self._signal_pipe: int | None = None  # the handler's end of the relay pipe
+        self._signals: SignalRelay | None = None
         self._hot: set[str] = set()
         self._poll_now = True
         self._inflight: dict[tuple[int, int], _Running] = {}
@@ -255,18 +252,16 @@ class Worker:
 
     def run(self, until_empty: bool = False) -> None:
         """Work until ``stop()``, SIGTERM/SIGINT, or (``until_empty``) nothing is runnable."""
-        restore = self._install_signals()
+        # A signal while stopping (a second one) exits at once, leaving running jobs to their
+        # leases; the relay logs nothing from the handler, so the exit is logged here.
+        self._signals = SignalRelay(self._on_signal, exit_if=self._stopping.is_set)
         try:
-            self._run(until_empty)
+            with self._signals:
+                self._run(until_empty)
         finally:
-            for sig, handler in restore.items():
-                signal.signal(sig, handler)
-            if self._hard:  # logged here: the handler itself must not (see _on_signal)
+            if self._signals.exited:
                 log.warning("second signal: exited without waiting for running jobs; their "
                             "leases will expire and be reaped")
-            if self._signal_pipe is not None:
-                os.close(self._signal_pipe)  # the relay thread reads EOF and ends
-                self._signal_pipe = None
 
     def _run(self, until_empty: bool) -> None:
         log.info("worker %s: queues=%s policy=%s concurrency=%d", self.worker_id,
@@ -278,7 +273,7 @@ class Worker:
             self._run_loop(store, schedule, until_empty)
             self._drain(store)
         finally:
-            if not self._hard:
+            if not (self._signals is not None and self._signals.exited):
                 self._shutdown_threads()
 
     # -- set-up ---------------------------------------------------------------------------
@@ -295,44 +290,11 @@ class Worker:
             services.append(Pruner(store, max_age, prune_interval))
         return services
 
-    def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        self._signalled = False
-        read_end, self._signal_pipe = os.pipe()
-        os.set_blocking(self._signal_pipe, False)
-        threading.Thread(target=self._relay_signals, args=(read_end,), name="fairq-signals",
-                         daemon=True).start()
-        previous: dict[int, Any] = {}
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, self._on_signal)
-        return previous
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        """Runs on the main thread between two bytecodes, perhaps while that thread holds a lock
-        (an Event's, the pool's, logging's): so it takes none. It passes the signal to the relay
-        thread through a pipe; a second one raises SystemExit here, which needs no lock."""
-        if self._signalled or self._stopping.is_set():
-            self._hard = True
-            raise SystemExit(128 + signum)
-        self._signalled = True
-        if self._signal_pipe is not None:
-            try:
-                os.write(self._signal_pipe, bytes((signum,)))
-            except OSError:  # cannot happen with one byte in an empty pipe; stop regardless
-                self._hard = True
-                raise SystemExit(128 + signum) from None
-
-    def _relay_signals(self, read_end: int) -> None:
-        """The relay thread: stops the worker for the signal handler, until the pipe closes."""
-        try:
-            while data := os.read(read_end, 1):
-                log.info("signal %d: stopping (in-flight jobs get %.0fs); again to exit now",
-                         data[0], self.grace_period)
-                self.stop()
-        finally:
-            os.close(read_end)
+    def _on_signal(self, signum: int) -> None:
+        """On the signal relay's thread, not in the handler (see fairq.signals)."""
+        log.info("signal %d: stopping (in-flight jobs get %.0fs); again to exit now",
+                 signum, self.grace_period)
+        self.stop()
 
     def _start_threads(self) -> None:
         for i in range(self.concurrency):

@@ -26,8 +26,8 @@ def test_signal_under_held_locks_stops_the_worker_and_a_second_exits(dsn: str) -
         pytest.fail(f"the child hung (a handler blocked on a lock?)\n{out}\n{err}")
     assert p.returncode == 0, err
     assert out.splitlines() == [
-        "restored True relay-ended True",
-        "handled-under-locks True",
+        "restored True relays-left 0",
+        "handled-under-locks 1",
         "stopped True",
-        "second-signal-exit 143",
+        "second-signal-exit 143 True",
     ], (out, err)

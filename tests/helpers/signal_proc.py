@@ -1,4 +1,4 @@
-"""Child process for tests/test_signals.py: a worker's SIGTERM handling, on the main thread.
+"""Child process for tests/test_signals.py: signal handling on a real main thread.
 
 Usage: signal_proc.py DSN. Prints one line per step; the parent checks them and the exit code.
 """
@@ -11,40 +11,37 @@ import threading
 import time
 
 import fairq
+from fairq.signals import SignalRelay
 
 
 def main() -> int:
     app = fairq.App(sys.argv[1], schema="fairq")
     app.task(name="noop")(lambda job: None)
 
-    # 1. run() installs its handlers and takes them (and its relay thread) away again.
+    # 1. Worker.run() installs its handlers, and takes them and the relay thread away again.
     worker = app.worker(concurrency=1, policy="fifo", listen=False)
     worker.run(until_empty=True)
     relays = [t for t in threading.enumerate() if t.name == "fairq-signals"]
-    for t in relays:
-        t.join(5)
     print("restored", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
-          "relay-ended", all(not t.is_alive() for t in relays), flush=True)
+          "relays-left", len(relays), flush=True)
 
     # 2. A signal that lands while the main thread holds the locks stop() takes (it was busy
     # in an Event's clear() or wait()) must neither block nor be lost.
     worker = app.worker(concurrency=1, policy="fifo", listen=False)
-    restore = worker._install_signals()
-    with worker._stopping._cond, worker._wake._cond:  # type: ignore[attr-defined]
-        signal.raise_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 1.0
-        while not worker._signalled and time.monotonic() < deadline:
-            pass  # the handler runs here, between two bytecodes, under both locks
-        print("handled-under-locks", worker._signalled, flush=True)
-    print("stopped", worker._stopping.wait(10), flush=True)
-    # 3. The second signal exits at once.
-    try:
-        signal.raise_signal(signal.SIGTERM)
-        time.sleep(1.0)
-    except SystemExit as e:
-        print("second-signal-exit", e.code, flush=True)
-    for sig, handler in restore.items():
-        signal.signal(sig, handler)
+    with SignalRelay(lambda _: worker.stop(), exit_if=worker._stopping.is_set) as relay:
+        with worker._stopping._cond, worker._wake._cond:  # type: ignore[attr-defined]
+            signal.raise_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 1.0
+            while not relay.received and time.monotonic() < deadline:
+                pass  # the handler runs here, between two bytecodes, under both locks
+            print("handled-under-locks", relay.received, flush=True)
+        print("stopped", worker._stopping.wait(10), flush=True)
+        # 3. The second signal exits at once.
+        try:
+            signal.raise_signal(signal.SIGTERM)
+            time.sleep(1.0)
+        except SystemExit as e:
+            print("second-signal-exit", e.code, relay.exited, flush=True)
     app.close()
     return 0
 
