@@ -129,6 +129,8 @@ def run_policy(dsn: str, policy: str, shape: Shape, out: IO[str],
     plan = shape.plan()
     progress = Progress(out, dict(plan), policy)
     last_end = [0.0]
+    total = sum(n for _, n in plan)
+    all_done = threading.Event()
     app = App(dsn, schema=schema, pool_size=2)
     try:
         app.migrate()
@@ -138,31 +140,39 @@ def run_policy(dsn: str, policy: str, shape: Shape, out: IO[str],
         def work(job: Job) -> None:
             progress.hit(job.tenant)
             wait = (job.started_at - max(job.run_at, released[0])).total_seconds()
+            time.sleep(shape.job_seconds)
             with lock:
                 result.waits.setdefault(job.tenant, []).append(max(0.0, wait))
-            time.sleep(shape.job_seconds)
-            last_end[0] = time.monotonic()
+                last_end[0] = time.monotonic()
+                if sum(map(len, result.waits.values())) >= total:
+                    all_done.set()
 
         app.task(work, name=TASK)
-        app.enqueue_many(TASK, [(tenant, None) for tenant, n in plan for _ in range(n)])
-        worker = app.worker(concurrency=shape.concurrency, policy=policy, poll_interval=0.5,
-                            listen=False)
+        worker = app.worker(concurrency=shape.concurrency, policy=policy, poll_interval=0.5)
         failure: list[BaseException] = []
 
         def drain() -> None:
             try:
-                worker.run(until_empty=True)
+                worker.run()
             except BaseException as exc:  # reported by the caller's thread
                 failure.append(exc)
 
-        released.append(_db_now(dsn))  # waits count from here: enqueueing is not queueing
-        t0 = time.monotonic()
         thread = threading.Thread(target=drain, name=f"fairq-demo-{policy}", daemon=True)
         thread.start()
+        # The worker starts on an empty queue (connections, LISTEN) and the jobs come after, so
+        # the waits measure scheduling alone, not how long this machine takes to start a worker.
+        if not worker.ready.wait(30):
+            worker.stop()
+            raise RuntimeError(f"the {policy} worker did not start within 30 s")
+        released.append(_db_now(dsn))  # waits count from here: the enqueue's NOTIFY wakes it
+        t0 = time.monotonic()
+        app.enqueue_many(TASK, [(tenant, None) for tenant, n in plan for _ in range(n)])
         try:
             next_plain = t0
             while thread.is_alive():
-                thread.join(tick)
+                if all_done.wait(tick):
+                    worker.stop()  # returns once the last finishes are written
+                    thread.join()
                 now = time.monotonic()
                 if progress.tty or now >= next_plain:
                     progress.draw(now - t0)
