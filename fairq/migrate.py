@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import io
+import logging
 from pathlib import Path
 
 from alembic.config import Config
 
 from alembic import command
 from fairq.config import resolve_schema
+from fairq.errors import ConfigurationError
+
+log = logging.getLogger("fairq.migrate")
 
 
 def migrations_dir() -> Path:
@@ -50,7 +54,7 @@ def current(dsn: str, schema: str | None = None) -> str | None:
     import psycopg
 
     s = resolve_schema(schema)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
         row = conn.execute(
             "SELECT to_regclass(%s) IS NOT NULL", (f'"{s}".alembic_version',)
         ).fetchone()
@@ -62,3 +66,33 @@ def current(dsn: str, schema: str | None = None) -> str | None:
             sql.SQL("SELECT version_num FROM {}.alembic_version").format(sql.Identifier(s))
         ).fetchone()
         return str(got[0]) if got else None
+
+
+def require_current(dsn: str, schema: str | None = None) -> None:
+    """Refuse to work on a schema this fairq's statements may not fit: never migrated, or at an
+    older revision (``ConfigurationError``: run ``fairq migrate``). A revision this fairq does
+    not know, which a newer fairq wrote, only warns: migrations come first in a rolling upgrade,
+    and the older workers still running must be able to restart."""
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    s = resolve_schema(schema)
+    rev = current(dsn, s)
+    if rev is None:
+        raise ConfigurationError(
+            f"schema {s!r} has no fairq tables: run `fairq migrate` (or App.migrate()) first")
+    script = ScriptDirectory.from_config(_config(None, s))
+    newest = script.get_current_head()
+    if rev == newest:
+        return
+    try:
+        known = script.get_revision(rev) is not None
+    except CommandError:
+        known = False
+    if known:
+        raise ConfigurationError(
+            f"schema {s!r} is at fairq revision {rev}, this fairq needs {newest}: "
+            "run `fairq migrate` first")
+    log.warning("schema %r is at fairq revision %s, which this fairq (at %s) does not know: a "
+                "newer fairq migrated it; running anyway", s, rev, newest)
+

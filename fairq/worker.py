@@ -252,6 +252,7 @@ class Worker:
 
     def run(self, until_empty: bool = False) -> None:
         """Work until ``stop()``, SIGTERM/SIGINT, or (``until_empty``) nothing is runnable."""
+        self._check_schema()
         # A signal while stopping (a second one) exits at once, leaving running jobs to their
         # leases; the relay logs nothing from the handler, so the exit is logged here.
         self._signals = SignalRelay(self._on_signal, exit_if=self._stopping.is_set)
@@ -259,9 +260,14 @@ class Worker:
             with self._signals:
                 self._run(until_empty)
         finally:
+            st = self.stats
             if self._signals.exited:
                 log.warning("second signal: exited without waiting for running jobs; their "
                             "leases will expire and be reaped")
+            else:
+                log.info("worker %s stopped: done=%d retry=%d failed=%d lease_lost=%d "
+                         "released=%d abandoned=%d", self.worker_id, st.done, st.retry,
+                         st.failed, st.lease_lost, st.released, st.abandoned)
 
     def _run(self, until_empty: bool) -> None:
         log.info("worker %s: queues=%s policy=%s concurrency=%d", self.worker_id,
@@ -277,6 +283,20 @@ class Worker:
                 self._shutdown_threads()
 
     # -- set-up ---------------------------------------------------------------------------
+    def _check_schema(self) -> None:
+        """Refuse an unmigrated or outdated schema at once, with what to do, rather than
+        retrying its statements' errors forever (``ConfigurationError``)."""
+        from fairq import migrate
+
+        try:
+            migrate.require_current(self.app.dsn, self.app.schema)
+        except psycopg.errors.InsufficientPrivilege:
+            log.warning("cannot read %s.alembic_version to check the schema's revision (grant "
+                        "it with `fairq roles --apply`); starting unchecked", self.app.schema)
+        except psycopg.OperationalError as e:  # the database is away: the loop waits for it
+            log.warning("could not check the schema's migrations (%s); starting anyway",
+                        str(e).strip()[:200])
+
     def _services(self, store: Store) -> list[Service]:
         reap, wake, stranded = self._intervals
         services: list[Service] = [

@@ -179,3 +179,53 @@ def test_upgrade_sql_names_the_schema_and_creates_tables() -> None:
     text = migrate.upgrade_sql("tenant_q2")
     assert "CREATE TABLE tenant_q2.jobs" in text or 'CREATE TABLE "tenant_q2".jobs' in text
     assert "fillfactor" in text
+
+
+# -- a worker refuses a schema its statements may not fit ------------------------------------
+def _noop_app(dsn: str, schema: str = "fairq") -> fairq.App:
+    app = fairq.App(dsn, schema=schema)
+    app.task(name="noop")(lambda job: None)
+    return app
+
+
+def test_worker_refuses_a_schema_that_was_never_migrated(empty_dsn: str) -> None:
+    app = _noop_app(empty_dsn)
+    try:
+        with pytest.raises(fairq.ConfigurationError, match=r"no fairq tables: run `fairq migrate`"):
+            app.worker(policy="fifo", listen=False).run(until_empty=True)
+    finally:
+        app.close()
+
+
+def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
+        empty_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    migrate.upgrade(empty_dsn, "fairq", "0001")
+    app = _noop_app(empty_dsn)
+    try:
+        with pytest.raises(fairq.ConfigurationError, match=r"at fairq revision 0001, this fairq "
+                                                           r"needs 0002: run `fairq migrate`"):
+            app.worker(policy="fifo", listen=False).run(until_empty=True)
+        migrate.upgrade(empty_dsn, "fairq")
+        app.worker(policy="fifo", listen=False).run(until_empty=True)  # at head: no complaint
+        with psycopg.connect(empty_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE fairq.alembic_version SET version_num = '9999_from_the_future'")
+        app.enqueue("noop", tenant="a")
+        with caplog.at_level("WARNING", logger="fairq.migrate"):
+            worker = app.worker(policy="fifo", listen=False)
+            worker.run(until_empty=True)
+        assert worker.stats.done == 1
+        assert "9999_from_the_future, which this fairq (at 0002) does not know" in caplog.text
+    finally:
+        app.close()
+
+
+def test_cli_worker_on_an_unmigrated_schema_is_one_line(empty_dsn: str, tmp_path: Any) -> None:
+    (tmp_path / "mig_tasks.py").write_text("import fairq\napp = fairq.App()\n"
+                                           "app.task(name='t')(lambda job: None)\n")
+    proc = subprocess.run([sys.executable, "-m", "fairq", "--dsn", empty_dsn, "worker",
+                           "mig_tasks:app", "--until-empty"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.endswith("has no fairq tables: run `fairq migrate` (or App.migrate()) "
+                                "first\n"), proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr

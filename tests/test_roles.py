@@ -73,7 +73,8 @@ def test_owner_owns_the_schema_and_superuser_was_not_needed(dsns: dict[str, str]
         [(False,)]
 
 
-def test_lifecycle_with_each_part_as_its_role(dsns: dict[str, str]) -> None:
+def test_lifecycle_with_each_part_as_its_role(dsns: dict[str, str],
+                                              caplog: pytest.LogCaptureFixture) -> None:
     with fairq.App(dsns["owner"]) as owner:
         owner.tenants.set("acme", weight=2.0, max_running=3)
     with fairq.App(dsns["producer"]) as producer:
@@ -93,8 +94,10 @@ def test_lifecycle_with_each_part_as_its_role(dsns: dict[str, str]) -> None:
             raise RuntimeError("boom")
 
         w = worker_app.worker(concurrency=4, poll_interval=0.2, reap_interval=0.2)
-        w.run(until_empty=True)
+        with caplog.at_level("WARNING", logger="fairq"):
+            w.run(until_empty=True)
         assert w.stats.db_errors == 0
+        assert "alembic_version" not in caplog.text  # the grant lets it check the revision
     assert sorted(seen) == sorted(list(range(20)) * 2)
     with fairq.App(dsns["owner"]) as owner:
         statuses = {owner.job(i).status for i in ids}  # type: ignore[union-attr]
@@ -105,6 +108,19 @@ def test_lifecycle_with_each_part_as_its_role(dsns: dict[str, str]) -> None:
     code, out, err = cli("--dsn", dsns["monitor"], "stats", "--json")
     assert code == 0, err
     assert {r["tenant"] for r in json.loads(out)["tenants"]} >= {"acme", "globex"}
+
+
+def test_worker_without_the_revision_grant_starts_with_a_warning(
+        dsns: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    sql(dsns["owner"], "REVOKE SELECT ON fairq.alembic_version FROM fq_worker")
+    try:
+        with fairq.App(dsns["worker"]) as app:
+            app.task(name="t")(lambda job: None)
+            with caplog.at_level("WARNING", logger="fairq.worker"):
+                app.worker(poll_interval=0.2, queues=["nothing-here"]).run(until_empty=True)
+        assert "cannot read fairq.alembic_version to check the schema's revision" in caplog.text
+    finally:
+        sql(dsns["owner"], "GRANT SELECT ON fairq.alembic_version TO fq_worker")
 
 
 def test_producer_can_only_enqueue(dsns: dict[str, str]) -> None:

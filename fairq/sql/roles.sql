@@ -6,11 +6,12 @@
 -- name: roles_grant_worker
 -- Claim, heartbeat, finish, fail, hand back, reap and wake: UPDATEs of jobs and the schedule,
 -- the maintenance timestamps in settings. No INSERT into jobs (cannot enqueue), no DELETE, no
--- tenant configuration.
+-- tenant configuration. It reads the schema's revision at start (it refuses an outdated one).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, UPDATE ON {schema}.jobs TO {role};
 GRANT SELECT, UPDATE ON {schema}.tenant_schedule TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.settings TO {role};
+GRANT SELECT ON {schema}.alembic_version TO {role};
 
 -- name: roles_grant_worker_prune
 -- Only for workers that run the pruner (Worker(prune_after=...)); otherwise prune as the owner.
