@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -378,3 +380,43 @@ def test_worker_until_empty_runs_the_jobs(dsn: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     with fairq.App(dsn) as app:
         assert [app.job(i).status for i in ids] == ["done", "done"]  # type: ignore[union-attr]
+
+
+def test_worker_sigterm_finishes_the_job_and_logs_start_signal_and_stop(
+        dsn: str, tmp_path: Path) -> None:
+    mark = tmp_path / "started"
+    (tmp_path / "cli_sleepy.py").write_text(
+        "import pathlib, time\n"
+        "import fairq\n"
+        "app = fairq.App()\n"
+        "@app.task(name='cli.sleepy')\n"
+        "def sleepy(job):\n"
+        f"    pathlib.Path({str(mark)!r}).write_text('x')\n"
+        "    time.sleep(1.0)\n"
+    )
+    with fairq.App(dsn) as app:
+        job_id = app.enqueue("cli.sleepy", tenant="acme")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fairq", "--dsn", dsn, "worker", "cli_sleepy:app",
+         "--concurrency", "2"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not mark.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    with fairq.App(dsn) as app:
+        info = app.job(job_id)
+        assert info is not None and info.status == "done"
+    # INFO by default: the start, the signal and the stop with its counts; nothing per job.
+    assert "INFO fairq.worker: worker " in err and "policy=weighted concurrency=2" in err, err
+    assert "signal 15: stopping" in err, err
+    assert "stopped: done=1 retry=0 failed=0" in err, err
+    assert len(err.splitlines()) == 3, err

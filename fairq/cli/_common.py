@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import math
 import os
 import sys
@@ -227,3 +228,25 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
                  for c, w, a in zip(row, widths, align, strict=True)]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                        help="fairq's log messages on stderr from this level on (default info: "
+                             "start, stop, signals, reaped leases; never one line per job)")
+
+
+def setup_logging(level: str) -> None:
+    """fairq's loggers to stderr at ``level``, other libraries' at warning. Nothing is changed
+    when the application configured logging itself (the root logger has a handler): its
+    configuration wins."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("fairq").setLevel(level.upper())
+

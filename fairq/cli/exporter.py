@@ -6,7 +6,15 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from fairq.cli._common import EXIT_OK, check_connection, integer, number, resolve
+from fairq.cli._common import (
+    EXIT_OK,
+    add_log_level,
+    check_connection,
+    integer,
+    number,
+    resolve,
+    setup_logging,
+)
 
 if TYPE_CHECKING:
     from fairq.cli._common import Subparsers
@@ -47,6 +55,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                    default="auto", help="where planning/execution times come from (default auto)")
     p.add_argument("--no-probe", action="store_true",
                    help="no claim planning/execution metrics")
+    add_log_level(p)
     p.set_defaults(handler=run)
 
 
@@ -55,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from fairq.policies import DEFAULT_POLICY
 
     dsn, schema = resolve(args)
+    setup_logging(args.log_level)
     check_connection(dsn)
 
     def ready(server: MetricsServer) -> None:

@@ -8,7 +8,14 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from fairq.cli._common import EXIT_OK, check_connection, integer, number
+from fairq.cli._common import (
+    EXIT_OK,
+    add_log_level,
+    check_connection,
+    integer,
+    number,
+    setup_logging,
+)
 from fairq.config import ENV_SCHEMA, ENV_URL
 from fairq.errors import ConfigurationError, InvalidInput
 
@@ -47,6 +54,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--durable-finishes", action="store_true",
                    help="commit each finish with the WAL flushed (default: a database crash may "
                         "undo the last finishes, which then run again; never a lost job)")
+    add_log_level(p)
     p.set_defaults(handler=run)
 
 
@@ -104,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "schema", None):
         os.environ[ENV_SCHEMA] = args.schema
     app = load_app(args.target)
+    setup_logging(args.log_level)  # after the import: an app that configures logging wins
     check_connection(app.dsn)
     options: dict[str, Any] = {
         "concurrency": args.concurrency,
