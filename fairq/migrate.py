@@ -95,4 +95,3 @@ def require_current(dsn: str, schema: str | None = None) -> None:
             "run `fairq migrate` first")
     log.warning("schema %r is at fairq revision %s, which this fairq (at %s) does not know: a "
                 "newer fairq migrated it; running anyway", s, rev, newest)
-

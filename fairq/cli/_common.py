@@ -249,4 +249,3 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("fairq").setLevel(level.upper())
-
