@@ -204,6 +204,7 @@ class Worker:
         self._inflight: dict[tuple[int, int], _Running] = {}
         self._completions: list[_Completion] = []
         self._finishing = 0  # completions taken by a finish that has not returned yet
+        self._stuck: set[tuple[str, str]] = set()  # (queue, tenant) whose row another tx holds
         self._finish_wake = threading.Event()
         self._finisher: threading.Thread | None = None
         self._finisher_exit = threading.Event()
@@ -647,38 +648,96 @@ class Worker:
     def _finish_completions(self, store: Store) -> None:
         with self._lock:
             batch, self._completions = self._completions, []
-            self._finishing += len(batch)
+            taken = len(batch)
+            self._finishing += taken
         if not batch:
             return
         try:
-            self._finish(store, batch)
+            self._write(store, batch)
         except BaseException:
             with self._lock:  # not written: keep them for the next try (fenced, so idempotent)
                 self._completions[:0] = batch
             raise
         finally:
             with self._lock:
-                self._finishing -= len(batch)
+                self._finishing -= taken
             # After the count: a drain waiting for it to reach 0 must see it when it wakes.
             self._wake.set()
 
-    def _finish(self, store: Store, batch: list[_Completion]) -> None:
-        done = [c for c in batch if c.error is None]
-        failed = [c for c in batch if c.error is not None]
-        outcomes: dict[tuple[int, int], str] = {}
+    def _write(self, store: Store, batch: list[_Completion]) -> None:
+        """Finish ``batch``, taking out of it what was written; raise if anything is left.
+
+        A finish locks its tenants' schedule rows to give their slots back. An application
+        transaction that enqueued for an idle tenant holds that row until it commits, and the
+        batch's statement would wait for it and fail after ``lock_timeout``, with every other
+        tenant's finishes in it. So a batch that meets a held row is finished tenant by tenant:
+        only the held tenant's completions wait. Its tenant is remembered as stuck, finished on
+        its own from then on (the others never wait for it again) until its finish goes
+        through, and the leases of its waiting jobs are extended meanwhile, so that the reaper
+        does not run them again.
+        """
+        with self._lock:
+            stuck = set(self._stuck)
+        ready = [c for c in batch if (c.job.queue, c.job.tenant) not in stuck]
+        error: psycopg.errors.LockNotAvailable | None = None
+        held: set[tuple[str, str]] = set()  # a tenant the batch's statement just waited for
+        if ready:
+            try:
+                self._finish(store, ready, batch)
+            except psycopg.errors.LockNotAvailable as e:
+                error = e
+                tenants = {(c.job.queue, c.job.tenant) for c in ready}
+                if len(tenants) == 1:
+                    held = tenants
+        if not batch:
+            return
+        groups: dict[tuple[str, str], list[_Completion]] = {}
+        for c in batch:
+            groups.setdefault((c.job.queue, c.job.tenant), []).append(c)
+        for key, group in groups.items():
+            if key not in held:
+                try:
+                    self._finish(store, group, batch)
+                except psycopg.errors.LockNotAvailable as e:
+                    error = e
+                else:
+                    with self._lock:
+                        self._stuck.discard(key)
+                    continue
+            with self._lock:
+                new = key not in self._stuck
+                self._stuck.add(key)
+            if new:
+                log.warning("finishes of tenant %r (queue %r) wait: another transaction holds its "
+                            "schedule row; finishing the other tenants' jobs meanwhile",
+                            key[1], key[0])
+            store.extend_leases([(c.job.id, c.job.attempt) for c in group])
+        if error is not None:
+            raise error
+
+    def _finish(self, store: Store, part: list[_Completion], batch: list[_Completion]) -> None:
+        """Finish ``part`` of ``batch``: done jobs, then failed ones, each statement's jobs
+        taken out of ``batch`` (in place) once it committed, so a retry never writes them again.
+        """
+        done = [c for c in part if c.error is None]
+        failed = [c for c in part if c.error is not None]
         if done:
             ok = {f.id for f in store.finish_done([(c.job.id, c.job.attempt) for c in done])}
-            for c in done:
-                outcomes[(c.job.id, c.job.attempt)] = "done" if c.job.id in ok else "lease_lost"
+            self._finished(batch, {(c.job.id, c.job.attempt): (
+                "done" if c.job.id in ok else "lease_lost") for c in done})
         if failed:
             rows = store.finish_failed([(c.job.id, c.job.attempt, c.error or "", c.retry_delay)
                                         for c in failed])
             status = {f.id: f.status for f in rows}
-            for c in failed:
-                s = status.get(c.job.id)
-                outcomes[(c.job.id, c.job.attempt)] = (
-                    "lease_lost" if s is None else "retry" if s == "queued" else "failed")
-        for c in batch:
+            self._finished(batch, {(c.job.id, c.job.attempt): (
+                "lease_lost" if (s := status.get(c.job.id)) is None
+                else "retry" if s == "queued" else "failed") for c in failed})
+
+    def _finished(self, batch: list[_Completion], outcomes: dict[tuple[int, int], str]) -> None:
+        """Report and remember the completions of ``batch`` that ``outcomes`` names (written)."""
+        written = [c for c in batch if (c.job.id, c.job.attempt) in outcomes]
+        batch[:] = [c for c in batch if (c.job.id, c.job.attempt) not in outcomes]
+        for c in written:
             outcome = outcomes[(c.job.id, c.job.attempt)]
             self._count(outcome)
             if outcome == "lease_lost":
@@ -690,10 +749,10 @@ class Worker:
                             c.job.attempt, (c.error or "").splitlines()[0])
             self.observer.on_finish(c.job.claimed, outcome, c.run_seconds)
         with self._lock:  # their tenants' slots are free again: worth a claim
-            self._hot.update(c.job.queue for c in batch)
+            self._hot.update(c.job.queue for c in written)
             if not self.durable_finishes:
                 now = time.monotonic()
-                self._recent_finishes.append((now, batch))
+                self._recent_finishes.append((now, written))
                 self._forget_old_finishes(now)
 
     def _count(self, outcome: str) -> None:

@@ -502,9 +502,11 @@ def test_listener_relistens_after_reconnect(app: fairq.App, dsn: str) -> None:
     th.join(20)
 
 
-def test_a_stuck_finish_does_not_stop_claiming(app: fairq.App, dsn: str) -> None:
+def test_a_stuck_finish_does_not_stop_claiming_or_other_finishes(
+        app: fairq.App, dsn: str, caplog: pytest.LogCaptureFixture) -> None:
     """Finishes are written by their own thread: while tenant a's finish waits on a lock held
-    elsewhere, the claimer keeps running tenant b's jobs; a's job is done once the lock goes."""
+    elsewhere, the claimer keeps running tenant b's jobs, and once a's statement gave up
+    (lock_timeout) b's finishes go through without it; a's job is done once the lock goes."""
     ran: list[str] = []
     lock = threading.Lock()
     inside, release = threading.Event(), threading.Event()
@@ -527,10 +529,18 @@ def test_a_stuck_finish_does_not_stop_claiming(app: fairq.App, dsn: str) -> None
             blocker.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'a' FOR UPDATE")
             release.set()  # a's finish now waits on the held row
             rec.wait_for(lambda r: ran.count("a") == 1)
+            lease = "SELECT locked_until FROM fairq.jobs WHERE tenant = 'a'"
+            with psycopg.connect(dsn, autocommit=True) as c:
+                before = c.execute(lease).fetchone()
             app.enqueue_many("t", [("b", {}) for _ in range(5)])
             rec.wait_for(lambda r: ran.count("b") == 5)  # claimed and run meanwhile
-            # Their finishes share the finisher's batch with a's, which still waits.
-            assert not any(f[2] == "done" for f in rec.finishes)
+            # b's finishes do not wait for a's row: a is finished on its own from now on.
+            rec.wait_for(lambda r: sum(1 for f in r.finishes if f[2] == "done") == 5)
+            assert statuses(dsn) == {"done": 5, "running": 1}  # a's still waits for its row
+            assert "finishes of tenant 'a' (queue 'default') wait" in caplog.text
+            with psycopg.connect(dsn, autocommit=True) as c:  # its handler returned: no more
+                after = c.execute(lease).fetchone()             # heartbeats, but the finisher's
+            assert before is not None and after is not None and after[0] > before[0]
             blocker.rollback()
             rec.wait_for(lambda r: sum(1 for f in r.finishes if f[2] == "done") == 6)
         finally:
