@@ -12,6 +12,7 @@ expires, never lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import queue as queue_mod
@@ -668,9 +669,10 @@ class Worker:
         """Finish ``batch``, taking out of it what was written; raise if anything is left.
 
         A finish locks its tenants' schedule rows to give their slots back. An application
-        transaction that enqueued for an idle tenant holds that row until it commits, and the
-        batch's statement would wait for it and fail after ``lock_timeout``, with every other
-        tenant's finishes in it. So a batch that meets a held row is finished tenant by tenant:
+        transaction that enqueued for an idle tenant holds that row until it commits (and a
+        handler that leaked a transaction may hold its own job's row), and the batch's statement
+        would wait for it and fail after ``lock_timeout``, with every other tenant's finishes in
+        it. So a batch that meets a held row is finished tenant by tenant:
         only the held tenant's completions wait. Its tenant is remembered as stuck, finished on
         its own from then on (the others never wait for it again) until its finish goes
         through, and the leases of its waiting jobs are extended meanwhile, so that the reaper
@@ -708,10 +710,12 @@ class Worker:
                 new = key not in self._stuck
                 self._stuck.add(key)
             if new:
-                log.warning("finishes of tenant %r (queue %r) wait: another transaction holds its "
-                            "schedule row; finishing the other tenants' jobs meanwhile",
-                            key[1], key[0])
-            store.extend_leases([(c.job.id, c.job.attempt) for c in group])
+                log.warning("finishes of tenant %r (queue %r) wait: another transaction holds a "
+                            "row they lock (its schedule row, or a job's); finishing the other "
+                            "tenants' jobs meanwhile", key[1], key[0])
+            # If the held row is a job's own, its lease cannot be extended either.
+            with contextlib.suppress(psycopg.errors.LockNotAvailable):
+                store.extend_leases([(c.job.id, c.job.attempt) for c in group])
         if error is not None:
             raise error
 
