@@ -758,6 +758,7 @@ class Worker:
                 now = time.monotonic()
                 self._recent_finishes.append((now, written))
                 self._forget_old_finishes(now)
+        self._wake.set()  # now, not after the rest of the batch (a held row may take seconds)
 
     def _count(self, outcome: str) -> None:
         s = self.stats
