@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import IO, Any
 
 import psycopg
@@ -50,7 +49,7 @@ QUICK = Shape(big_jobs=200, small_tenants=10, small_jobs=3, job_seconds=0.003)
 
 @dataclass
 class RunResult:
-    """One policy's run: per-tenant waits (due or released to claimed, DB clock), drain time."""
+    """One policy's run: per-tenant waits (due to claimed, DB clock), drain time."""
 
     policy: str
     drain_s: float
@@ -107,14 +106,6 @@ class Progress:
         self.out.flush()
 
 
-def _db_now(dsn: str) -> datetime:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT clock_timestamp()").fetchone()
-    assert row is not None
-    value: datetime = row[0]
-    return value
-
-
 def _drop_schema(dsn: str, schema: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(pgsql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(pgsql.Identifier(schema)))
@@ -135,11 +126,9 @@ def run_policy(dsn: str, policy: str, shape: Shape, out: IO[str],
     try:
         app.migrate()
 
-        released: list[datetime] = []
-
         def work(job: Job) -> None:
             progress.hit(job.tenant)
-            wait = (job.started_at - max(job.run_at, released[0])).total_seconds()
+            wait = (job.started_at - job.run_at).total_seconds()  # both on the DB clock
             time.sleep(shape.job_seconds)
             with lock:
                 result.waits.setdefault(job.tenant, []).append(max(0.0, wait))
@@ -164,8 +153,8 @@ def run_policy(dsn: str, policy: str, shape: Shape, out: IO[str],
         if not worker.ready.wait(30):
             worker.stop()
             raise RuntimeError(f"the {policy} worker did not start within 30 s")
-        released.append(_db_now(dsn))  # waits count from here: the enqueue's NOTIFY wakes it
         t0 = time.monotonic()
+        # Due at the enqueue (run_at is its now()); its NOTIFY wakes the worker.
         app.enqueue_many(TASK, [(tenant, None) for tenant, n in plan for _ in range(n)])
         try:
             next_plain = t0
