@@ -58,11 +58,13 @@ class Tenants:
             max_running: int | None = None) -> TenantConfig:
         """Set a tenant's weight and/or cap; unset fields keep their current value."""
         v.name("tenant", tenant)
+        new_weight = v.weight(weight) if weight is not None else None  # checked before any query
+        new_cap = v.max_running(max_running) if max_running is not None else None
         current = self._app.store.get_tenant(tenant)
         new = TenantConfig(
             tenant,
-            v.weight(weight) if weight is not None else current.weight,
-            v.max_running(max_running) if max_running is not None else current.max_running,
+            new_weight if new_weight is not None else current.weight,
+            new_cap if new_cap is not None else current.max_running,
         )
         self._app.store.set_tenants([new])
         return new

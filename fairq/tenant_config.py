@@ -36,10 +36,13 @@ def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[tuple[float, 
     if not isinstance(raw_defaults, dict):
         raise InvalidInput("[defaults] must be a table")
     _check_keys("[defaults]", raw_defaults)
-    defaults = (
-        v.weight(raw_defaults.get("weight", 1.0)),
-        v.max_running(raw_defaults.get("max_running", 10)),
-    )
+    try:
+        defaults = (
+            v.weight(raw_defaults.get("weight", 1.0)),
+            v.max_running(raw_defaults.get("max_running", 10)),
+        )
+    except InvalidInput as exc:
+        raise InvalidInput(f"[defaults]: {exc}") from None
     raw_tenants = data.get("tenants", {})
     if not isinstance(raw_tenants, dict):
         raise InvalidInput("[tenants] must be a table of tables")

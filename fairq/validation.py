@@ -13,6 +13,11 @@ from fairq.errors import InvalidInput
 MAX_NAME = 200  # tenant, queue and task names (characters)
 MAX_PAYLOAD_BYTES = 1_000_000  # encoded JSON payload
 PRIORITY_RANGE = (-32768, 32767)
+# Tenant weights, inclusive. Virtual time advances by cost/weight per job (docs/algorithm.md):
+# a tiny weight makes that increment overflow float8 or dwarf everyone else's, a huge one makes
+# it too small to move vtime at all (absorbed by rounding).
+MIN_WEIGHT = 0.001
+MAX_WEIGHT = 1000.0
 
 
 def name(kind: str, value: Any) -> str:
@@ -66,11 +71,17 @@ def _number(kind: str, value: Any) -> float:
     return f
 
 
-def weight(value: Any) -> float:
-    f = _number("weight", value)
-    if f <= 0 or f > 1e6:
-        raise InvalidInput(f"weight must be > 0 and <= 1e6, not {value!r}")
-    return f
+def weight(value: Any, *, shown: str | None = None) -> float:
+    """A tenant weight: a number from MIN_WEIGHT to MAX_WEIGHT inclusive.
+
+    ``shown`` is how the value appears in the message (the CLI passes the text as typed).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"weight must be a number, not {type(value).__name__}")
+    if not MIN_WEIGHT <= value <= MAX_WEIGHT:  # also refuses nan, +-inf and ints beyond float
+        raise InvalidInput(f"weight must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g}, "
+                           f"not {repr(value) if shown is None else shown}")
+    return float(value)
 
 
 def cost(value: Any) -> float:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,7 +34,7 @@ from fairq.cli import main
 from fairq.config import redact
 from fairq.schema import validate_schema_name
 from fairq.tenant_config import load_tenant_file
-from fairq.validation import MAX_NAME, MAX_PAYLOAD_BYTES
+from fairq.validation import MAX_NAME, MAX_PAYLOAD_BYTES, MAX_WEIGHT, MIN_WEIGHT
 
 SECRET = "pw-Zq8x-never-shown"
 DB_SETTINGS = settings(max_examples=25, deadline=None,
@@ -90,10 +91,16 @@ bad_names = st.one_of(
     st.none(), st.integers(), st.floats(), st.binary(min_size=1, max_size=5),
     st.lists(st.text(max_size=3), max_size=2),
 )
+# Weights outside 0.001..1000 (inclusive); the edges the range is there for (vtime grows by
+# cost/weight: 5e-324 overflows it, 1e6 barely moves it) are named.
+OUT_OF_RANGE_WEIGHTS = [0.0009, 5e-324, 1e-300, 1000.5, 1e6, 0, 0.0, -0.0, -1, 1001, 10**400]
+IN_RANGE_WEIGHTS = [0.001, 1000, 1000.0, 1, 0.5]
+WEIGHT_RANGE = "weight must be between 0.001 and 1000"
 bad_weights = st.one_of(
-    st.floats(max_value=0.0), st.just(math.inf), st.just(-math.inf), st.just(math.nan),
-    st.floats(min_value=1e6, exclude_min=True, allow_infinity=False), st.booleans(),
-    st.text(max_size=4), st.none().map(lambda _: [1.0]),
+    st.floats(max_value=MIN_WEIGHT, exclude_max=True), st.just(math.inf), st.just(-math.inf),
+    st.just(math.nan), st.floats(min_value=MAX_WEIGHT, exclude_min=True, allow_infinity=False),
+    st.sampled_from(OUT_OF_RANGE_WEIGHTS), st.booleans(), st.text(max_size=4),
+    st.none().map(lambda _: [1.0]),
 )
 bad_caps = st.one_of(st.integers(max_value=-1), st.integers(min_value=1_000_001),
                      st.floats(allow_nan=True), st.booleans(), st.text(max_size=4))
@@ -225,6 +232,38 @@ def test_tenants_set_bad_values_change_nothing(app: fairq.App, dsn: str, tenant:
         app.tenants.set(tenant, weight=weight if weight is not None else math.nan,
                         max_running=cap)
     assert fingerprint(dsn) == before
+
+
+def test_weight_range_constants() -> None:
+    assert (MIN_WEIGHT, MAX_WEIGHT) == (0.001, 1000)
+
+
+@pytest.mark.parametrize("weight", [*OUT_OF_RANGE_WEIGHTS, math.nan, math.inf, -math.inf])
+def test_tenants_set_weight_out_of_range_is_refused(app: fairq.App, dsn: str,
+                                                    weight: float) -> None:
+    app.tenants.set("existing", weight=2.0, max_running=3)
+    before = fingerprint(dsn)
+    for tenant in ("existing", "new"):
+        with pytest.raises(fairq.InvalidInput, match=WEIGHT_RANGE) as exc:
+            app.tenants.set(tenant, weight=weight)
+        assert str(exc.value) == f"{WEIGHT_RANGE}, not {weight!r}"
+    assert fingerprint(dsn) == before
+    assert app.tenants.get("existing").weight == 2.0
+
+
+def test_weight_message_names_the_range() -> None:
+    from fairq import validation
+
+    with pytest.raises(fairq.InvalidInput) as exc:
+        validation.weight(5e-324)
+    assert str(exc.value) == "weight must be between 0.001 and 1000, not 5e-324"
+
+
+@pytest.mark.parametrize("weight", IN_RANGE_WEIGHTS)
+def test_tenants_set_weight_in_range_is_stored_exactly(app: fairq.App, weight: float) -> None:
+    got = app.tenants.set("a", weight=weight)
+    assert got.weight == weight
+    assert app.tenants.get("a").weight == weight
 
 
 @DB_SETTINGS
@@ -361,7 +400,8 @@ cli_cases = st.one_of(
               st.one_of(bad_numbers, st.integers(max_value=-1).map(str),
                         st.integers(min_value=1_000_001).map(str))),
     st.tuples(st.just("tenants"), st.just("set"), st.just("a"), st.just("--weight"),
-              st.sampled_from(["0", "-1", "1e7"])),
+              st.sampled_from(["0", "-1", "1e7", "0.0009", "5e-324", "1e-300", "1000.5", "1e6",
+                               "1000.0000001", "0.000999999"])),
     st.tuples(st.just("tenants"), st.just("set"),
               st.sampled_from(["", "x" * (MAX_NAME + 1), "a\x00b"]), st.just("--weight"),
               st.just("1")),
@@ -396,6 +436,35 @@ def test_cli_bad_arguments_exit_2_one_line_nothing_written(dsn: str, argv: tuple
     assert out == ""
     one_line(err)
     assert fingerprint(dsn) == before
+
+
+@pytest.mark.parametrize("text", ["0.0009", "5e-324", "1e-300", "1000.5", "1e6", "0", "-1",
+                                  "1e999", "nan"])
+def test_cli_weight_out_of_range_exit_2(dsn: str, text: str) -> None:
+    """The CLI names the range and the value as typed; refused before connecting."""
+    cli("--dsn", dsn, "tenants", "set", "existing", "--weight", "2")
+    before = fingerprint(dsn)
+    for tenant in ("existing", "new"):
+        code, out, err = cli("--dsn", dsn, "tenants", "set", tenant, "--weight", text)
+        assert code == 2 and out == "", err
+        assert f"{WEIGHT_RANGE}, not {text}" in one_line(err)
+    # refused before connecting: a dead database gives the same answer
+    code, out, err = cli("--dsn", "postgresql://nobody@127.0.0.1:1/none", "tenants", "set", "a",
+                         "--weight", text)
+    assert code == 2 and out == "" and WEIGHT_RANGE in one_line(err)
+    assert fingerprint(dsn) == before
+
+
+@pytest.mark.parametrize("text", ["0.001", "1e-3", "1000", "1000.0", "1e3"])
+def test_cli_weight_in_range_is_accepted(app: fairq.App, dsn: str, text: str) -> None:
+    code, _, err = cli("--dsn", dsn, "tenants", "set", "a", "--weight", text)
+    assert code == 0, err
+    assert app.tenants.get("a").weight == float(text)
+
+
+def test_cli_weight_help_names_the_range() -> None:
+    code, out, _ = cli("tenants", "set", "--help")
+    assert code == 0 and "0.001 to 1000" in " ".join(out.split())
 
 
 def test_cli_bad_payload_size_exit_2(dsn: str) -> None:
@@ -467,6 +536,43 @@ def test_tenant_file_with_any_flaw_changes_no_tenant(app: fairq.App, dsn: str, t
     assert code == 2 and out == "", err
     one_line(err)
     assert fingerprint(dsn) == before
+
+
+@pytest.mark.parametrize("where", ["tenant", "defaults"])
+@pytest.mark.parametrize("weight", ["0.0009", "5e-324", "1e-300", "1000.5", "1e6", "0", "1001"])
+def test_tenant_file_weight_out_of_range(app: fairq.App, dsn: str, tmp_path: Path, where: str,
+                                         weight: str) -> None:
+    app.tenants.set("existing", weight=2.0, max_running=3)
+    before = fingerprint(dsn)
+    path = tmp_path / "tenants.toml"
+    if where == "defaults":
+        path.write_text(f"[defaults]\nweight = {weight}\n\n[tenants.acme]\nweight = 3\n")
+    else:
+        path.write_text(f"[tenants.acme]\nweight = 3\n\n[tenants.bad]\nweight = {weight}\n")
+    shown = repr(tomllib.loads(f"w = {weight}")["w"])
+    prefix = "[defaults]" if where == "defaults" else "[tenants.'bad']"
+    with pytest.raises(fairq.InvalidInput) as exc:
+        load_tenant_file(str(path))
+    assert str(exc.value) == f"{prefix}: {WEIGHT_RANGE}, not {shown}"
+    with pytest.raises(fairq.InvalidInput, match=WEIGHT_RANGE):
+        app.tenants.apply(str(path))
+    code, out, err = cli("--dsn", dsn, "tenants", "apply", str(path))
+    assert code == 2 and out == "", err
+    assert WEIGHT_RANGE in one_line(err)
+    assert fingerprint(dsn) == before
+
+
+def test_tenant_file_weight_range_is_inclusive(app: fairq.App, dsn: str, tmp_path: Path) -> None:
+    path = tmp_path / "tenants.toml"
+    path.write_text("[defaults]\nweight = 0.001\n\n[tenants.lo]\nweight = 0.001\n\n"
+                    "[tenants.hi]\nweight = 1000\n\n[tenants.mid]\nmax_running = 2\n")
+    code, _, err = cli("--dsn", dsn, "tenants", "apply", str(path))
+    assert code == 0, err
+    assert {t: app.tenants.get(t).weight for t in ("lo", "hi", "mid", "unlisted")} == {
+        "lo": 0.001, "hi": 1000.0, "mid": 0.001, "unlisted": 0.001}
+    path.write_text("[defaults]\nweight = 1000.0\n")
+    app.tenants.apply(str(path))
+    assert app.tenants.get("unlisted").weight == 1000.0
 
 
 @settings(max_examples=300, deadline=None)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from fairq import validation as v
 from fairq.cli._common import (
     EXIT_OK,
     format_table,
     integer,
-    number,
     open_app,
     print_json,
 )
@@ -28,7 +28,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
     s = tsub.add_parser("set", parents=[common], help="set one tenant's weight and/or cap")
     s.add_argument("tenant")
-    s.add_argument("--weight", type=number("weight"), help="share of claims, > 0")
+    s.add_argument("--weight", type=_weight,
+                   help=f"share of claims, from {v.MIN_WEIGHT:g} to {v.MAX_WEIGHT:g} (inclusive)")
     s.add_argument("--max-running", type=integer("max-running"),
                    help="running jobs at most (0 pauses the tenant)")
     s.set_defaults(handler=run_set)
@@ -41,6 +42,18 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     ls = tsub.add_parser("list", parents=[common], help="every tenant and its effective settings")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(handler=run_list)
+
+
+def _weight(text: str) -> float:
+    """An argparse type: a weight in range, refused before anything connects."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"weight must be a number, not {text!r}") from None
+    try:
+        return v.weight(value, shown=text.strip())
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _rows(tenants: list[TenantConfig]) -> str:
