@@ -119,8 +119,8 @@ def to_dollar(text: str) -> tuple[str, list[str]]:
     return _PLACEHOLDER.sub(sub, text), order
 
 
-def params_for(policy: str, *, batch: int, queue: str = QUEUE, tenant_scan: int = 64) -> dict[str, Any]:
-    return POLICIES[policy].claim_params(queue=queue, batch=batch, worker="explain", tenant_scan=tenant_scan)
+def params_for(policy: str, *, batch: int, queue: str = QUEUE) -> dict[str, Any]:
+    return POLICIES[policy].claim_params(queue=queue, batch=batch, worker="explain")
 
 
 def prepare_like_psycopg(conn: psycopg.Connection[Any], text: str, params: Mapping[str, Any]

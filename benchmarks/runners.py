@@ -278,8 +278,7 @@ def run_fairq(dsn: str, sc: Scenario, policy_name: str, deadline_s: float,
 
         text, order = to_prepare(policy.statement, schema)
         prepared = f"bench_{policy.statement}"
-        params = policy.claim_params(queue="default", batch=10, worker="bench-probe",
-                                     tenant_scan=64)
+        params = policy.claim_params(queue="default", batch=10, worker="bench-probe")
 
         def explain(conn: psycopg.Connection[Any]) -> None:
             if not getattr(conn, "_bench_prepared", False):

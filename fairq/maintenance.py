@@ -75,7 +75,11 @@ class DueWaker:
 
 @dataclass
 class StrandedWaker:
-    """Rare safety net for a tenant that went idle while a due job was committing."""
+    """A check that should find nothing: an idle tenant with a due job.
+
+    Claims retire a tenant under a lock that enqueues, reaps and retries conflict with
+    (docs/algorithm.md), so none should be stranded; if one is, it is woken and reported.
+    """
 
     store: Store
     interval: float = 30.0
@@ -84,7 +88,7 @@ class StrandedWaker:
     def run_once(self) -> int:
         n = self.store.wake_stranded_tenants()
         if n:
-            log.info("woke %d stranded tenant(s)", n)
+            log.warning("woke %d idle tenant(s) that had due jobs: please report this", n)
         return n
 
 

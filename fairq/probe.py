@@ -51,7 +51,7 @@ PLAN_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.
 EXEC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                 1.0, 2.5, 5.0)
 # PostgreSQL types of the claim statements' parameters, for PREPARE.
-PARAM_TYPES = {"queue": "text", "worker": "text", "batch": "int4", "tenant_scan": "int4",
+PARAM_TYPES = {"queue": "text", "worker": "text", "batch": "int4", "window": "float8",
                "by_weight": "bool", "by_cost": "bool"}
 _PARAM = re.compile(r"%\((\w+)\)s")
 
@@ -221,7 +221,7 @@ class ClaimProbe:
             self._prepared.add(name)
         queue_row = conn.execute(sql.statement("probe_queue", self.schema)).fetchone()
         params = policy.claim_params(queue=queue_row[0] if queue_row else "default",
-                                     batch=self.batch, worker="fairq-probe", tenant_scan=64)
+                                     batch=self.batch, worker="fairq-probe")
         explain = pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {}({})").format(
             pgsql.Identifier(name), pgsql.SQL(", ").join(pgsql.Literal(params[p]) for p in order))
         with conn.transaction(force_rollback=True):

@@ -48,6 +48,18 @@ JOBS_STORAGE = {
 }
 
 
+# Weights in [0.001, 1000] (fairq.validation): virtual time advances by cost / weight per job.
+WEIGHT_CHECK = "weight >= 0.001 AND weight <= 1000"
+
+
+def engine_functions_ddl(schema: str) -> str:
+    """The engine's functions (fairq/sql/ddl/engine_v1.sql) for ``schema``."""
+    from importlib import resources
+
+    text = resources.files("fairq.sql").joinpath("ddl/engine_v1.sql").read_text(encoding="utf-8")
+    return text.replace("{schema}", f'"{validate_schema_name(schema)}"')
+
+
 def validate_schema_name(name: str) -> str:
     """Return ``name`` if it is a safe lower-case identifier, else raise ``InvalidInput``."""
     from fairq.errors import InvalidInput
@@ -114,13 +126,16 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
             postgresql_where=text("status = 'queued'"),
         ),
         # The fifo policy's claim: the global order of ready jobs (R2, R18).
+        # Its predicate says ``cost > 0`` (always true, jobs_cost_check) so that the per-tenant
+        # pick, which does not say it, can never read a tenant's jobs through this index,
+        # whatever the statistics (migration 0003).
         Index(
             "jobs_fifo_ready_idx",
             "queue",
             text("priority DESC"),
             "run_at",
             "id",
-            postgresql_where=text("status = 'queued'"),
+            postgresql_where=text("status = 'queued' AND cost > 0"),
         ),
         # The reaper: running jobs by lease expiry (R9). Rows holding a lease (only running jobs
         # do), not "status = 'running'": the finishes check that, and the planner then read every
@@ -147,7 +162,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("max_running", Integer, nullable=False),
         Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
         PrimaryKeyConstraint("tenant", name="tenants_pkey"),
-        CheckConstraint("weight > 0 AND weight < 'Infinity'::float8", name="tenants_weight_check"),
+        CheckConstraint(WEIGHT_CHECK, name="tenants_weight_check"),
         CheckConstraint("max_running >= 0", name="tenants_max_running_check"),
     )
 
@@ -172,7 +187,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("max_running", Integer, nullable=False, server_default=text("10")),
         Column("running", Integer, nullable=False, server_default=text("0")),
         Column("vtime", Float, nullable=False, server_default=text("0")),
-        # True while the tenant may have ready jobs; the claim clears it when it finds none.
+        # True while the tenant has due jobs: the claim that takes its last one clears it.
         Column("active", Boolean, nullable=False, server_default=text("true")),
         # Earliest run_at of a delayed job while inactive: the maintenance wakes it then.
         Column("wake_at", DateTime(timezone=True)),
@@ -180,6 +195,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("last_served_at", DateTime(timezone=True)),
         PrimaryKeyConstraint("queue", "tenant", name="tenant_schedule_pkey"),
         CheckConstraint("running >= 0", name="tenant_schedule_running_check"),
+        CheckConstraint(WEIGHT_CHECK, name="tenant_schedule_weight_check"),
         # The claim's tenant pick: runnable tenants in virtual-time order.
         Index(
             "tenant_schedule_runnable_idx",
@@ -188,8 +204,14 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
             "tenant",
             postgresql_where=text("active AND running < max_running"),
         ),
-        # The queue's virtual time when every active tenant is at its cap (see enqueue).
-        Index("tenant_schedule_active_idx", "queue", "vtime", postgresql_where=text("active")),
+        # The queue's virtual time when every active tenant is at its cap (queue_vtime); the
+        # runnable scan contradicts its predicate, so it cannot be read instead of the above.
+        Index("tenant_schedule_capped_idx", "queue", "vtime",
+              postgresql_where=text("active AND running >= max_running")),
+        # Idle tenants by wake-up time: the maintenance (all queues) and each claim (its queue).
         Index("tenant_schedule_wake_idx", "wake_at", postgresql_where=text("NOT active")),
+        Index("tenant_schedule_due_idx", "queue", "wake_at", postgresql_where=text("NOT active")),
     )
+    # The engine's functions (migration 0003); create_all gets them through this hook.
+    event.listen(md, "after_create", DDL(engine_functions_ddl(schema)))  # type: ignore[no-untyped-call]
     return md

@@ -560,19 +560,22 @@ class Worker:
         return jobs
 
     def _drained(self, store: Store, claimed: int, poll: bool) -> bool:
+        """Done when nothing runs here and a claim found nothing: a fair claim comes back empty
+        only when no tenant it could lock has a due job under its cap (docs/algorithm.md).
+
+        Expired leases are returned first, so a drain does not end with a dead worker's jobs
+        still ``running``; a job they hand back is claimed like any other.
+        """
         with self._lock:
             if claimed or not poll or self._inflight or self._completions or self._finishing:
                 return False
-        if not store.runnable_exists(self.queues):
-            return True
-        # Due jobs exist but no claim returned them: wake idle tenants once and look again.
-        # What still cannot be claimed is held back by caps (paused, or busy elsewhere).
-        store.wake_due_tenants()
-        store.wake_stranded_tenants()
+        if store.reap_expired().total:
+            return False
         if self._claim_round(store, True):
             return False
-        log.info("worker %s: runnable jobs remain but none may be claimed under the tenants' caps",
-                 self.worker_id)
+        if store.runnable_exists(self.queues):
+            log.info("worker %s: due jobs remain but none may be claimed: their tenants are at "
+                     "their caps or paused", self.worker_id)
         return True
 
     def _finish_loop(self) -> None:

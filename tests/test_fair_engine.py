@@ -253,27 +253,26 @@ def _wait_until_blocked(dsn: str, pid: int) -> None:
         time.sleep(0.01)
 
 
-@pytest.mark.parametrize(("statement", "policy"),
-                         [("claim_fair_wait", p) for p in FAIR] + [("claim_fifo", "fifo")])
-def test_claim_that_waited_for_held_tenant_rows_still_fills_its_batch(
-        uncapped: Store, dsn: str, statement: str, policy: str) -> None:
-    """Claimer A holds ten tenants' schedule rows (its claim is not committed yet); claimer B's
-    waiting statement queues on them and, once A commits, must still claim a full batch.
+@pytest.mark.parametrize("policy", ALL)
+def test_claim_that_waited_for_held_tenant_rows_claims_with_exact_counts(
+        uncapped: Store, dsn: str, policy: str) -> None:
+    """Claimer A holds ten tenants' schedule rows (its claim is not committed yet); claimer B
+    finds every tenant held, waits for one (the fair claim waits for the first tenants with a
+    due job; fifo for the picked jobs' tenants) and, once A commits, claims from it: never
+    empty while work is due, and every tenant's running count stays exact.
 
-    Found by benchmarks/claim_bench.py at 10 tenants: the rows locked after a wait are rechecked
-    (EvalPlanQual), and a recheck that re-ran the lock set's CTE scans dropped every tenant
-    but the first, so such claims came back with 1-2 jobs instead of 10 (never empty, so the
-    work-conservation tests did not see it)."""
+    The rows B locks after its wait are newer than its snapshot (EvalPlanQual): the fair claim
+    writes them in claim_settle, whose snapshot sees them (writing them from the claim's own
+    statement lost the update and let running counts go negative)."""
     import psycopg
 
     from fairq import sql
     from fairq.store.pg import planner_options
 
-    uncapped.set_tenants([TenantConfig(f"t{i}", 1.0 + i % 4, 100_000) for i in range(10)])
+    # Equal weights: A's claim of ten takes one job from each tenant, so it holds them all.
     fill(uncapped, {f"t{i}": 30 for i in range(10)}, interleave=True)
-    sql_rows(dsn, "ANALYZE fairq.jobs; ANALYZE fairq.tenant_schedule")
-    text = sql.statement(statement, "fairq")
-    params = get_policy(policy).claim_params(queue="default", batch=10, worker="w", tenant_scan=64)
+    text = sql.statement(get_policy(policy).statement, "fairq")
+    params = get_policy(policy).claim_params(queue="default", batch=10, worker="w")
     with psycopg.connect(dsn, options=planner_options()) as a, \
             psycopg.connect(dsn, autocommit=True, options=planner_options()) as b:
         held = a.execute(text, params).fetchall()
@@ -285,20 +284,20 @@ def test_claim_that_waited_for_held_tenant_rows_still_fills_its_batch(
         _wait_until_blocked(dsn, pid)
         a.commit()
         t.join(timeout=30)
-    assert len(got) == 10, got
+    assert 1 <= len(got) <= 10, got
+    assert not {r[0] for r in got} & {r[0] for r in held}
     assert running_mismatch(dsn) == []
 
 
 @pytest.mark.parametrize("room_left", [100, 5])
-def test_greedy_claim_of_a_held_tenant_locks_its_jobs_first_then_grants_all_or_none(
+def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
         store: Store, dsn: str, room_left: int) -> None:
-    """claim_fair_greedy when the only runnable tenant's row is held (one busy tenant, many
-    workers): it locks up to a batch of that tenant's jobs before it waits for the row, then
-    takes the row by updating it, granting all of them if they fit under the cap on the current
-    row and none otherwise (the store's claim_fair_wait then grants what fits).
+    """One busy tenant whose row another session holds (a claim or a finish of another worker):
+    the fair claim waits for the row instead of coming back empty, then grants what fits under
+    the cap as it is after the wait.
 
     room_left 100: the holder commits without changing the row; B gets its 10 jobs.
-    room_left 5: the holder fills the tenant up to 5 free slots; B's 10 must not be granted."""
+    room_left 5: the holder leaves the tenant 5 free slots; B gets exactly 5."""
     import psycopg
 
     from fairq import sql
@@ -306,24 +305,17 @@ def test_greedy_claim_of_a_held_tenant_locks_its_jobs_first_then_grants_all_or_n
 
     store.set_tenants([TenantConfig("t", 2.0, 100)])
     fill(store, {"t": 30})
-    params = get_policy("weighted").claim_params(queue="default", batch=10, worker="b",
-                                                 tenant_scan=64)
-    text = sql.statement("claim_fair_greedy", "fairq")
+    params = get_policy("weighted").claim_params(queue="default", batch=10, worker="b")
+    text = sql.statement("claim_fair", "fairq")
     before = sql_rows(dsn, "SELECT running, vtime FROM fairq.tenant_schedule WHERE tenant = 't'")[0]
     a = psycopg.connect(dsn, options=planner_options())
     b = psycopg.connect(dsn, autocommit=True, options=planner_options())
     got: list[object] = []
     t = threading.Thread(target=lambda: got.extend(b.execute(text, params).fetchall()))
     try:
-        a.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 't' FOR UPDATE")
+        a.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 't' FOR NO KEY UPDATE")
         t.start()
         _wait_until_blocked(dsn, b.info.backend_pid)
-        # B already holds ten of the thirty jobs, taken before its wait.
-        with psycopg.connect(dsn) as c:
-            free_jobs = c.execute("SELECT id FROM fairq.jobs WHERE tenant = 't' "
-                                  "FOR UPDATE SKIP LOCKED").fetchall()
-            c.rollback()
-        assert len(free_jobs) == 20
         if room_left < 100:
             a.execute("UPDATE fairq.tenant_schedule SET max_running = running + %s "
                       "WHERE tenant = 't'", (room_left,))
@@ -335,12 +327,7 @@ def test_greedy_claim_of_a_held_tenant_locks_its_jobs_first_then_grants_all_or_n
         b.close()
     running, vtime = sql_rows(dsn, "SELECT running, vtime FROM fairq.tenant_schedule "
                                    "WHERE tenant = 't'")[0]
-    if room_left >= 10:
-        assert len(got) == 10
-        assert (running, vtime) == (before[0] + 10, before[1] + 10 / 2.0)
-    else:
-        assert got == []
-        assert (running, vtime) == before
-        # The store's fallback grants what fits: exactly the 5 free slots.
-        assert len(store.claim(get_policy("weighted"), queue="default", batch=10, worker="c")) == 5
+    want = min(10, room_left)
+    assert len(got) == want
+    assert (running, vtime) == (before[0] + want, before[1] + want / 2.0)
     assert running_mismatch(dsn) == []

@@ -17,20 +17,14 @@ class Policy:
 
     name: str
     statement: str
-    # Run for the rest of the batch when ``statement`` comes back short (None: never).
-    fallback: str | None = None
-    # Run instead of ``statement`` while other claimers hold the tenants' rows (None: never):
-    # Store.claim switches to it after ``statement`` came back short and ``fallback`` found more.
-    contended: str | None = None
     params: tuple[tuple[str, Any], ...] = ()
     description: str = ""
 
-    def claim_params(self, *, queue: str, batch: int, worker: str, tenant_scan: int) -> dict[str, Any]:
+    def claim_params(self, *, queue: str, batch: int, worker: str) -> dict[str, Any]:
         """The full parameter dict for one claim."""
         values: dict[str, Any] = dict(self.params)
-        # The virtual-time window of fair claims: one batch ahead of the queue's minimum.
-        values.update(queue=queue, batch=batch, worker=worker, tenant_scan=tenant_scan,
-                      window=float(batch))
+        # The fair walk's virtual-time window: one batch ahead of the first runnable tenant.
+        values.update(queue=queue, batch=batch, worker=worker, window=float(batch))
         return values
 
     def increment(self, *, cost: float, weight: float) -> float:

@@ -7,9 +7,8 @@
 -- schedule rows on first sight (with the configured or default weight and cap), wake idle
 -- tenants, and notify listeners at commit.
 --
--- A tenant that becomes active starts at the queue's virtual time V: the minimum vtime of the
--- runnable tenants, else (all capped) the maximum of the active ones, else (queue idle) 0. Its
--- own past is dropped: idle time banks no credit and no debt, and an idle queue starts afresh.
+-- A tenant that becomes active starts at the queue's virtual time V (queue_vtime): idle time
+-- banks no credit and no debt, and an idle queue starts afresh.
 --
 -- Tenants and payloads come one element per job. Every other array has one element per job too,
 -- or a single element that every job of the chunk shares (a bulk enqueue): unnest pads it
@@ -60,12 +59,7 @@ defaults AS (
 new_tenants AS (
     INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active, wake_at)
     SELECT p.queue, p.tenant, coalesce(t.weight, d.weight, 1.0), coalesce(t.max_running, d.max_running, 10),
-           coalesce(
-            (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
-             WHERE v.queue = p.queue AND v.active AND v.running < v.max_running),
-            (SELECT max(v.vtime) FROM {schema}.tenant_schedule v
-             WHERE v.queue = p.queue AND v.active), 0),
-           p.first_run <= now(),
+           {schema}.queue_vtime(p.queue), p.first_run <= now(),
            CASE WHEN p.first_run > now() THEN p.first_run END
     FROM per_tenant p
     LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
@@ -74,20 +68,26 @@ new_tenants AS (
     ON CONFLICT (queue, tenant) DO NOTHING
     RETURNING ts.queue
 ),
--- Only idle tenants are touched (and locked): a busy tenant's row is left to the claimers.
+-- Existing tenants, FOR KEY SHARE until this transaction commits: a claim retires a tenant
+-- (claim_settle) only under FOR UPDATE, which conflicts, so it cannot retire one whose new job
+-- it cannot see yet. If a claim retired it first, the lock waits for that claim and returns
+-- the retired row, and the tenant is woken below. KEY SHARE does not conflict with the claims'
+-- and finishes' FOR NO KEY UPDATE: a producer's open transaction delays nobody.
+seen AS MATERIALIZED (
+    SELECT ts.queue, ts.tenant, ts.active, ts.wake_at
+    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
+    ORDER BY ts.queue, ts.tenant
+    FOR KEY SHARE OF ts
+),
+-- Only idle tenants are written: a busy tenant's row is left to the claimers.
 woken AS (
     UPDATE {schema}.tenant_schedule ts
     SET active = p.first_run <= now(),
-        vtime = CASE WHEN p.first_run <= now() THEN coalesce(
-            (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
-             WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running),
-            (SELECT max(v.vtime) FROM {schema}.tenant_schedule v
-             WHERE v.queue = ts.queue AND v.active), 0)
-            ELSE ts.vtime END,
+        vtime = CASE WHEN p.first_run <= now() THEN {schema}.queue_vtime(ts.queue) ELSE ts.vtime END,
         wake_at = CASE WHEN p.first_run <= now() THEN NULL ELSE least(ts.wake_at, p.first_run) END
-    FROM per_tenant p
-    WHERE ts.queue = p.queue AND ts.tenant = p.tenant AND NOT ts.active
-      AND (p.first_run <= now() OR ts.wake_at IS NULL OR p.first_run < ts.wake_at)
+    FROM seen s JOIN per_tenant p USING (queue, tenant)
+    WHERE ts.queue = s.queue AND ts.tenant = s.tenant AND NOT s.active
+      AND (p.first_run <= now() OR s.wake_at IS NULL OR p.first_run < s.wake_at)
     RETURNING ts.queue
 )
 SELECT (SELECT array_agg(ins.id ORDER BY ins.id) FROM ins) AS ids,
@@ -113,7 +113,7 @@ locked AS MATERIALIZED (
     SELECT ts.queue, ts.tenant, p.n
     FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
     ORDER BY ts.queue, ts.tenant
-    FOR UPDATE OF ts
+    FOR NO KEY UPDATE OF ts
 ),
 upd AS (
     UPDATE {schema}.tenant_schedule ts SET running = ts.running - l.n
@@ -154,7 +154,7 @@ locked AS MATERIALIZED (
     SELECT ts.queue, ts.tenant, p.n, p.retry_at
     FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
     ORDER BY ts.queue, ts.tenant
-    FOR UPDATE OF ts
+    FOR NO KEY UPDATE OF ts
 ),
 upd AS (
     UPDATE {schema}.tenant_schedule ts
@@ -196,11 +196,12 @@ locked AS MATERIALIZED (
     SELECT ts.queue, ts.tenant, p.n
     FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
     ORDER BY ts.queue, ts.tenant
-    FOR UPDATE OF ts
+    FOR NO KEY UPDATE OF ts
 ),
 upd AS (
     UPDATE {schema}.tenant_schedule ts
-    SET running = ts.running - l.n, active = true, wake_at = NULL
+    SET running = ts.running - l.n, active = true, wake_at = NULL,
+        vtime = CASE WHEN ts.active THEN ts.vtime ELSE {schema}.queue_vtime(ts.queue) END
     FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
     RETURNING ts.tenant
 )
@@ -235,17 +236,14 @@ locked AS MATERIALIZED (
     SELECT ts.queue, ts.tenant, p.n, p.requeued
     FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
     ORDER BY ts.queue, ts.tenant
-    FOR UPDATE OF ts
+    FOR NO KEY UPDATE OF ts
 ),
 upd AS (
     UPDATE {schema}.tenant_schedule ts
     SET running = ts.running - l.n,
         active = ts.active OR l.requeued,
-        vtime = CASE WHEN NOT ts.active AND l.requeued THEN coalesce(
-            (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
-             WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running),
-            (SELECT max(v.vtime) FROM {schema}.tenant_schedule v
-             WHERE v.queue = ts.queue AND v.active), 0) ELSE ts.vtime END,
+        vtime = CASE WHEN NOT ts.active AND l.requeued THEN {schema}.queue_vtime(ts.queue)
+                     ELSE ts.vtime END,
         wake_at = CASE WHEN l.requeued THEN NULL ELSE ts.wake_at END
     FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
     RETURNING ts.tenant
@@ -280,11 +278,7 @@ DELETE FROM {schema}.jobs j USING old WHERE j.id = old.id;
 -- at the current virtual time of their queue (no banked credit).
 UPDATE {schema}.tenant_schedule ts
 SET active = true, wake_at = NULL,
-    vtime = coalesce(
-            (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
-             WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running),
-            (SELECT max(v.vtime) FROM {schema}.tenant_schedule v
-             WHERE v.queue = ts.queue AND v.active), 0)
+    vtime = {schema}.queue_vtime(ts.queue)
 WHERE NOT ts.active AND ts.wake_at <= now()
 RETURNING ts.queue, ts.tenant;
 
@@ -293,11 +287,7 @@ RETURNING ts.queue, ts.tenant;
 -- was concluding it had none. O(idle tenants); the wake_at path above is the common one.
 UPDATE {schema}.tenant_schedule ts
 SET active = true, wake_at = NULL,
-    vtime = coalesce(
-            (SELECT min(v.vtime) FROM {schema}.tenant_schedule v
-             WHERE v.queue = ts.queue AND v.active AND v.running < v.max_running),
-            (SELECT max(v.vtime) FROM {schema}.tenant_schedule v
-             WHERE v.queue = ts.queue AND v.active), 0)
+    vtime = {schema}.queue_vtime(ts.queue)
 WHERE NOT ts.active AND EXISTS (
     SELECT 1 FROM {schema}.jobs q
     WHERE q.queue = ts.queue AND q.tenant = ts.tenant AND q.status = 'queued' AND q.run_at <= now())

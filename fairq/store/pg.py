@@ -39,7 +39,6 @@ from fairq.policies import Policy
 log = logging.getLogger("fairq.store")
 
 CHUNK = 5000  # jobs per enqueue round trip
-WIDE_WINDOW = 1e300  # a virtual-time window that admits every runnable tenant
 # fairq's statements are planned once: their generic plans have the same guarded shapes
 # (tests/test_claim_plans.py) and skip the 1-2 ms of planning a custom plan costs per claim.
 PLAN_CACHE_MODE = "force_generic_plan"
@@ -53,7 +52,6 @@ PLAN_CACHE_MODE = "force_generic_plan"
 # cost penalties would otherwise push a plan's estimate over jit_above_cost.
 PLANNER_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
                     "jit": "off"}
-CONTENDED_CLAIMS = 16  # claims that start with policy.contended after signs of held tenant rows
 # The one allocation that raises glibc's thresholds in a new server process (warm_allocator in
 # session.sql): the trim threshold becomes twice this, well above the ~2 MB a waiting fair claim
 # frees. Kept small because the server writes every byte once: 4 MiB took 25 ms per new
@@ -136,7 +134,6 @@ class Store:
         # undone finish leaves the job running under its lease, and the reaper runs it again).
         # Durable: whatever the server or role says (it may be remote_apply for a replica).
         self.synchronous_commit: str | None = None if durable_commits else "off"
-        self._contended: dict[tuple[str, str], int] = {}
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
         if not pooler:
             kwargs["options"] = (f"-c statement_timeout={int(statement_timeout_ms)} "
@@ -235,48 +232,18 @@ class Store:
         return list(first or [])
 
     # -- workers ------------------------------------------------------------------------
-    def claim(
-        self, policy: Policy, *, queue: str, batch: int, worker: str, tenant_scan: int = 64
-    ) -> list[ClaimedJob]:
-        """Claim up to ``batch`` jobs of ``queue`` under ``policy``; commits before returning."""
+    def claim(self, policy: Policy, *, queue: str, batch: int, worker: str) -> list[ClaimedJob]:
+        """Claim up to ``batch`` jobs of ``queue`` under ``policy``: one statement, committed.
+
+        No state is kept between claims: what a claim does depends on the database alone.
+        """
         if batch <= 0:
             return []
-        params = policy.claim_params(queue=queue, batch=batch, worker=worker, tenant_scan=tenant_scan)
-        key = (policy.name, queue)
-        statement = policy.statement
-        if policy.contended is not None and self._contended.get(key, 0) > 0:
-            self._contended[key] -= 1
-            statement = policy.contended
+        params = policy.claim_params(queue=queue, batch=batch, worker=worker)
         with self._tx() as cur:
-            cur.execute(self.q(statement), params)
+            cur.execute(self.q(policy.statement), params)
             rows: list[dict[str, Any]] = cur.fetchall()
-        if len(rows) < batch and policy.fallback is not None:
-            # Short: other claimers may hold the runnable tenants' rows. Wait for them rather
-            # than return less work than is runnable (work conservation).
-            first = len(rows)
-            params["batch"] = batch - first
-            params["window"] = float(batch - first)
-            with self._tx() as cur:
-                cur.execute(self.q(policy.fallback), params)
-                rows.extend(cur.fetchall())
-            if not rows:
-                # Still nothing: the tenants at the front of virtual time may have no claimable
-                # job right now (their last ones are being claimed by others). Rather than come
-                # back empty while a tenant further ahead has work, drop the window once.
-                params["window"] = WIDE_WINDOW
-                with self._tx() as cur:
-                    cur.execute(self.q(policy.fallback), params)
-                    rows.extend(cur.fetchall())
-            if len(rows) > first and policy.contended is not None:
-                # The waiting statement found what the first one could not: other claimers hold
-                # the tenants' rows. Claim with the contended statement for a while (it spreads
-                # claimers over tenants and waits for the hot one itself), then try again.
-                self._contended[key] = CONTENDED_CLAIMS
         return [_claimed(r) for r in rows]
-
-    def forget_claim_hints(self) -> None:
-        """Forget which queues recently saw contended claims (tests reset state with it)."""
-        self._contended.clear()
 
     def finish_done(self, done: Sequence[tuple[int, int]]) -> list[FinishedJob]:
         """Mark (id, attempts) pairs done; returns those that were still ours."""
