@@ -43,12 +43,6 @@ CASES: tuple[tuple[str, str, str], ...] = (
     ("claim_fair/round_robin", "round_robin", "claim_fair"),
     ("claim_fair/weighted", "weighted", "claim_fair"),
     ("claim_fair/drr", "drr", "claim_fair"),
-    ("claim_fair_wait/round_robin", "round_robin", "claim_fair_wait"),
-    ("claim_fair_wait/weighted", "weighted", "claim_fair_wait"),
-    ("claim_fair_wait/drr", "drr", "claim_fair_wait"),
-    ("claim_fair_greedy/round_robin", "round_robin", "claim_fair_greedy"),
-    ("claim_fair_greedy/weighted", "weighted", "claim_fair_greedy"),
-    ("claim_fair_greedy/drr", "drr", "claim_fair_greedy"),
     ("claim_fifo/fifo", "fifo", "claim_fifo"),
 )
 

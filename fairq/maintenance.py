@@ -1,4 +1,4 @@
-"""Maintenance services every worker runs from start-up: reaper, wakers and pruner.
+"""Maintenance services every worker runs from start-up: reaper, wakers, rebase and pruner.
 
 Each service is a small object whose ``run_once()`` does one pass, so tests drive it without
 timers. ``MaintenanceSchedule`` decides when: a local timer says when this worker should *ask*,
@@ -89,6 +89,21 @@ class StrandedWaker:
         n = self.store.wake_stranded_tenants()
         if n:
             log.warning("woke %d idle tenant(s) that had due jobs: please report this", n)
+        return n
+
+
+@dataclass
+class VtimeRebase:
+    """Keeps virtual times small, so increments are never lost to float rounding."""
+
+    store: Store
+    interval: float = 60.0
+    key: str = "rebase_vtime"
+
+    def run_once(self) -> int:
+        n = self.store.rebase_vtime()
+        if n:
+            log.info("rebased the virtual time of %d tenant row(s)", n)
         return n
 
 

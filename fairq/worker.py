@@ -42,6 +42,7 @@ from fairq.maintenance import (
     ScheduleVacuum,
     Service,
     StrandedWaker,
+    VtimeRebase,
 )
 from fairq.models import ClaimedJob
 from fairq.observe import NullObserver, WorkerObserver
@@ -305,6 +306,7 @@ class Worker:
             Reaper(store, reap, self.observer),
             DueWaker(store, wake),
             StrandedWaker(store, stranded),
+            VtimeRebase(store),
             ScheduleVacuum(store, self._vacuum_interval),
         ]
         max_age, prune_interval = self._prune

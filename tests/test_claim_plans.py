@@ -26,7 +26,6 @@ from tests.conftest import create_database, drop_database, dsn_for_db
 
 SMALL, BIG = 10, 100_000
 BATCH = 10
-TENANT_SCAN = 64  # the store's default tenant_scan: claim_fair_wait reads up to this many tenants
 FINISHED = 100_000
 # Buffers a claim may touch at 100,000 tenants: 3x those at 10 tenants plus this much (index
 # descents are a level deeper and the tenant rows spread over more pages).
@@ -67,9 +66,9 @@ def _required_indexes(statement: str) -> set[str]:
 
 
 def _max_index_rows(statement: str) -> int:
-    """Rows any one index scan may touch: a batch (plus the probe for the next), or for the
-    fallback its tenant scan; the finished jobs and the other tenants must not show up here."""
-    return TENANT_SCAN + 2 if statement == "claim_fair_wait" else 3 * BATCH + 2
+    """Rows any one index scan may touch: a batch (plus the probe for the next); the finished
+    jobs and the other tenants must not show up here."""
+    return 3 * BATCH + 2
 
 
 @pytest.mark.parametrize(("label", "policy", "statement"), cp.CASES, ids=[c[0] for c in cp.CASES])

@@ -331,3 +331,27 @@ def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
     assert len(got) == want
     assert (running, vtime) == (before[0] + want, before[1] + want / 2.0)
     assert running_mismatch(dsn) == []
+
+
+def test_rebase_keeps_virtual_time_small_and_its_order(uncapped: Store, dsn: str) -> None:
+    """Virtual time grows for as long as a queue has work. Far from zero a float8 absorbs small
+    increments (at 2^53, adding 1/1000 changes nothing, and the tenant would stay first for
+    ever); the maintenance rebase subtracts the queue's integer part, keeping the differences."""
+    uncapped.set_tenants([TenantConfig("heavy", 1000.0, 100_000), TenantConfig("light", 1.0, 100_000)])
+    fill(uncapped, {"heavy": 50, "light": 50}, interleave=True)
+    far = float(2 ** 53)
+    sql_rows(dsn, "UPDATE fairq.tenant_schedule SET vtime = %s + CASE tenant WHEN 'light' "
+                  "THEN 4 ELSE 0 END", (far,))
+    pol = get_policy("weighted")
+    got = uncapped.claim(pol, queue="default", batch=1, worker="w")
+    assert [j.tenant for j in got] == ["heavy"]
+    (stuck,), = sql_rows(dsn, "SELECT vtime FROM fairq.tenant_schedule WHERE tenant = 'heavy'")
+    assert stuck == far  # the 1/1000 was absorbed: the defect the rebase exists for
+    assert uncapped.rebase_vtime() == 2
+    rows = dict(sql_rows(dsn, "SELECT tenant, vtime FROM fairq.tenant_schedule"))
+    assert rows == {"heavy": 0.0, "light": 4.0}
+    got = uncapped.claim(pol, queue="default", batch=1, worker="w")
+    assert [j.tenant for j in got] == ["heavy"]
+    (moved,), = sql_rows(dsn, "SELECT vtime FROM fairq.tenant_schedule WHERE tenant = 'heavy'")
+    assert moved == 1 / 1000
+    assert uncapped.rebase_vtime() == 0  # below the threshold: nothing to do

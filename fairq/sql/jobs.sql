@@ -327,3 +327,23 @@ SELECT NOT current_setting('track_counts')::bool OR coalesce((
                 <= now() - make_interval(secs => %(max_age)s))
     FROM pg_stat_user_tables s
     WHERE s.schemaname = %(schema)s AND s.relname = 'tenant_schedule'), true) AS due;
+
+-- name: rebase_vtime
+-- Maintenance: keep virtual times small, so that adding a small increment (cost / weight, down
+-- to 0.001) to a vtime always changes it. Virtual time only ever grows while a queue has work;
+-- once a queue's lowest active vtime passes %(threshold)s, the whole integer part of it is
+-- subtracted from every tenant of that queue: the order and the differences, all that the
+-- claims read, stay as they were (the subtraction of a float's own integer part is exact).
+-- Rows are locked in (queue, tenant) order, as the finishes lock them: no deadlock.
+WITH base AS MATERIALIZED (
+    SELECT ts.queue, floor(min(ts.vtime)) AS b FROM {schema}.tenant_schedule ts
+    WHERE ts.active GROUP BY ts.queue HAVING min(ts.vtime) >= %(threshold)s
+),
+locked AS MATERIALIZED (
+    SELECT ts.queue, ts.tenant, b.b FROM {schema}.tenant_schedule ts JOIN base b USING (queue)
+    ORDER BY ts.queue, ts.tenant
+    FOR NO KEY UPDATE OF ts
+)
+UPDATE {schema}.tenant_schedule ts SET vtime = ts.vtime - l.b
+FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
+RETURNING ts.queue;

@@ -57,6 +57,10 @@ PLANNER_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_m
 # frees. Kept small because the server writes every byte once: 4 MiB took 25 ms per new
 # connection here, 16 MiB 100 ms (glibc's ceiling is 32 MiB).
 ALLOCATOR_WARMUP_BYTES = 4 * 1024 * 1024
+# Virtual time is rebased once a queue's lowest active vtime passes 2^20: below 2^21 a float8's
+# resolution is 2^-32, so even the smallest increment (1 / 1000, a weight of 1000) is kept to
+# within 2e-7 of its value, however many claims a queue has served.
+VTIME_REBASE_AT = float(2 ** 20)
 
 
 def planner_options() -> str:
@@ -317,6 +321,12 @@ class Store:
     def wake_stranded_tenants(self) -> int:
         with self._tx() as cur:
             cur.execute(self.q("wake_stranded_tenants"))
+            return len(cur.fetchall())
+
+    def rebase_vtime(self, threshold: float = VTIME_REBASE_AT) -> int:
+        """Shift the virtual times of queues whose lowest passed ``threshold``; rows changed."""
+        with self._tx() as cur:
+            cur.execute(self.q("rebase_vtime"), {"threshold": float(threshold)})
             return len(cur.fetchall())
 
     def vacuum_tenant_schedule(self) -> None:
