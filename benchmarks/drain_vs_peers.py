@@ -1,6 +1,12 @@
 """No-op drain and bulk enqueue: fairq worker processes against PgQueuer, in one run (issue 3).
 
-    .venv/bin/python benchmarks/drain_vs_peers.py [--jobs 20000] [--repeats 2]
+    .venv/bin/python benchmarks/drain_vs_peers.py [--jobs 20000] [--repeats 2] [--policies fifo,weighted]
+
+fairq runs once per policy in ``--policies`` (default ``fifo``, the baseline, and ``weighted``,
+fairq's default policy), every policy on the same configurations; tenant defaults are weight 1
+and no cap (``max_running`` 100,000), so a policy only changes the order jobs are claimed in.
+PgQueuer comes with the bench extra: ``.venv/bin/pip install -e '.[bench]'`` (or just
+``pgqueuer==1.6.0 asyncpg==0.32.0``, the pins in pyproject.toml).
 
 Each round makes a fresh database, enqueues ``--jobs`` no-op jobs over 10 tenants with each
 queue's batch API (jobs/s of that enqueue is the enqueue figure), then drains them:
@@ -14,7 +20,8 @@ queue's batch API (jobs/s of that enqueue is the enqueue figure), then drains th
 Drain time is read from each queue's own database timestamps, from the first claim to the
 last completion (fairq: min(started_at) .. max(finished_at); PgQueuer: its harness's release ..
 last ``successful`` log row), so process start-up is left out of both. fairq and PgQueuer
-alternate within a repeat; the table reports medians and the fairq/PgQueuer ratio.
+alternate within a repeat (the queues, fairq's policies among them, rotate one place each
+repeat); the table reports medians and each fairq policy's ratio to PgQueuer.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from conftest import create_database, drop_database, dsn_for_db  # noqa: E402
 import fairq  # noqa: E402
 from benchmarks.peers import pgqueuer_bench  # noqa: E402
 from fairq import migrate  # noqa: E402
+from fairq.policies import POLICIES  # noqa: E402
 
 CONFIGS = {
     "defaults": {"processes": 1, "fairq": {"concurrency": 8, "batch": None}, "pgq_batch": 10},
@@ -47,7 +55,7 @@ CONFIGS = {
 }
 
 
-def fairq_round(admin: str, jobs: int, cfg: dict[str, Any]) -> dict[str, float]:
+def fairq_round(admin: str, jobs: int, cfg: dict[str, Any], policy: str = "fifo") -> dict[str, float]:
     name = create_database(admin, "fairq_drainbench")
     dsn = dsn_for_db(admin, name)
     procs: list[subprocess.Popen[str]] = []
@@ -60,7 +68,7 @@ def fairq_round(admin: str, jobs: int, cfg: dict[str, Any]) -> dict[str, float]:
             app.enqueue_many("noop", items)
             enqueue_s = time.perf_counter() - t0
         args = [sys.executable, str(REPO / "tests/helpers/worker_proc.py"), dsn, "--until-empty",
-                "--policy", "fifo", "--concurrency", str(cfg["fairq"]["concurrency"])]
+                "--policy", policy, "--concurrency", str(cfg["fairq"]["concurrency"])]
         if cfg["fairq"]["batch"]:
             args += ["--batch", str(cfg["fairq"]["batch"])]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -103,17 +111,30 @@ def main() -> None:
                                                    "postgresql://postgres@127.0.0.1:5432/postgres"))
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--policies", default="fifo,weighted",
+                   help="fairq policies to run, comma-separated (default fifo,weighted)")
     p.add_argument("--json")
     args = p.parse_args()
+    policies = [x.strip() for x in args.policies.split(",") if x.strip()]
+    unknown = [x for x in policies if x not in POLICIES]
+    if unknown or not policies:
+        p.error(f"unknown policy {unknown}: choose from {', '.join(sorted(POLICIES))}")
+    queues = [f"fairq/{x}" for x in policies] + ["pgqueuer"]
+    # results[config][queue] = one dict per repeat; queue is "fairq/<policy>" or "pgqueuer"
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     for name, cfg in CONFIGS.items():
-        results[name] = {"fairq": [], "pgqueuer": []}
+        results[name] = {who: [] for who in queues}
         for r in range(args.repeats):
-            order = ["fairq", "pgqueuer"] if r % 2 == 0 else ["pgqueuer", "fairq"]
-            for who in order:
-                fn = fairq_round if who == "fairq" else pgqueuer_round
-                res = fn(args.dsn, args.jobs, cfg)
+            shift = r % len(queues)
+            for who in queues[shift:] + queues[:shift]:
+                if who == "pgqueuer":
+                    res = pgqueuer_round(args.dsn, args.jobs, cfg)
+                else:
+                    res = fairq_round(args.dsn, args.jobs, cfg, policy=who.split("/", 1)[1])
                 results[name][who].append(res)
+                if res["done"] < args.jobs:
+                    print(f"WARNING {name} rep={r} {who}: only {res['done']:.0f} of {args.jobs} "
+                          "jobs done", file=sys.stderr)
                 print(f"{name} rep={r} {who}: {json.dumps({k: round(v) for k, v in res.items()})}",
                       file=sys.stderr)
     print("| config | queue | drain jobs/s (median) | enqueue jobs/s (median) |")
@@ -123,8 +144,14 @@ def main() -> None:
                      statistics.median(x["enqueue_jobs_per_s"] for x in runs)) for who, runs in per.items()}
         for who, (drain, enq) in med.items():
             print(f"| {name} | {who} | {drain:,.0f} | {enq:,.0f} |")
-        print(f"| {name} | fairq / PgQueuer | {med['fairq'][0] / med['pgqueuer'][0]:.2f}x | "
-              f"{med['fairq'][1] / med['pgqueuer'][1]:.2f}x |")
+        for who in queues[:-1]:
+            print(f"| {name} | {who} / PgQueuer | {med[who][0] / med['pgqueuer'][0]:.2f}x | "
+                  f"{med[who][1] / med['pgqueuer'][1]:.2f}x |")
+        if "fairq/fifo" in med:
+            for who in queues[:-1]:
+                if who != "fairq/fifo":
+                    print(f"| {name} | {who} / fairq/fifo | "
+                          f"{med[who][0] / med['fairq/fifo'][0]:.2f}x | |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
