@@ -32,21 +32,18 @@ def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStat
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.tenants RESTART IDENTITY")
             store.set_tenants([], defaults=(1.0, 10))
-            store.forget_claim_hints()
-            self.model = QueueModel()
+            self.model = QueueModel(default_weight=1.0, default_max_running=10)
             self.attempts: dict[int, int] = {}
-            self.config: dict[str, tuple[float, int]] = {}
             self.clock = 0.0   # run_at order in the model follows the order of DB statements
 
         @rule(tenant=st.sampled_from(TENANTS), n=st.integers(1, 4), priority=st.sampled_from([0, 0, 1]),
               cost=st.sampled_from([1.0, 2.0, 4.0]))
         def enqueue(self, tenant: str, n: int, priority: int, cost: float) -> None:
             ids = store.enqueue([NewJob("t", tenant, "{}", priority=priority, cost=cost)] * n)
-            w, cap = self.config.get(tenant, (1.0, 10))
             self.clock += 1
-            for i in ids:
-                self.model.enqueue(ModelJob(i, tenant, priority=priority, cost=cost, run_at=self.clock),
-                                   now=self.clock, weight=w, max_running=cap)
+            self.model.enqueue_many(
+                [ModelJob(i, tenant, priority=priority, cost=cost, run_at=self.clock) for i in ids],
+                now=self.clock)
 
         @rule(batch=st.integers(1, 6))
         def claim(self, batch: int) -> None:
@@ -78,7 +75,6 @@ def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStat
               cap=st.sampled_from([0, 1, 2, 5, 10]))
         def configure(self, tenant: str, weight: float, cap: int) -> None:
             store.set_tenants([TenantConfig(tenant, weight, cap)])
-            self.config[tenant] = (weight, cap)
             self.model.set_tenant(tenant, weight, cap)
 
         @invariant()
@@ -88,12 +84,12 @@ def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStat
             with psycopg.connect(dsn, autocommit=True) as conn:
                 rows = conn.execute(
                     "SELECT tenant, running, vtime, active FROM fairq.tenant_schedule").fetchall()
-            db = {t: (r, v, a) for t, r, v, a in rows}
-            model = {t.name: (t.running, t.vtime, t.active) for t in self.model.tenants.values()}
-            if policy.statement == "claim_fifo":   # fifo keeps no virtual time nor activity
-                db = {t: r for t, (r, _, _) in db.items()}
-                model = {t: r for t, (r, _, _) in model.items()}
-            assert db == model
+            tenants = self.model.tenants.values()
+            if policy.name == "fifo":   # fifo keeps no virtual time nor activity
+                assert {t: r for t, r, _, _ in rows} == {t.name: t.running for t in tenants}
+            else:
+                assert {t: (r, v, a) for t, r, v, a in rows} == {
+                    t.name: (t.running, t.vtime, t.active) for t in tenants}
 
     return ClaimsMatchModel
 

@@ -1,34 +1,58 @@
-"""A pure-Python reference model of the claim statements, for one queue and one claimer at a time.
+"""A pure-Python reference model of fairq's scheduling algorithm, for one queue and one claimer.
 
-It mirrors ``fairq/sql/claim.sql`` step by step, so property tests can drive the database and
-the model with the same operations and demand the same claims. It is also the clearest statement
-of the algorithm:
+It is written from the algorithm's definition, not from the SQL that implements it, so property
+tests can drive the database and this model with the same operations and demand the same claims.
+Time is a plain float the caller passes (``now``); nothing here reads a clock.
 
-* fair policies keep a virtual time per tenant; a claim scans runnable tenants (active, under
-  their cap, and at most one batch of virtual time ahead of the queue's minimum) in
-  (vtime, tenant) order, takes from each at most its weighted share of the batch
-  (and never more than its free slots), stops when the batch is full, then advances each served
-  tenant's vtime by ``unit / weight`` per job (unit = 1, or the job's cost for drr);
-* a tenant found with no due job leaves the runnable set (``active`` = False) and wakes at its
-  earliest queued ``run_at``; on waking, or on an enqueue, its vtime is set to the queue's
-  current virtual time (the minimum over runnable tenants; if all are capped the maximum over
-  active ones; if none is active 0), so idle time banks neither credit nor debt;
-* under contention (a claim's first statement came back short and the waiting statement found
-  more), the next claims start with claim_fair_greedy: the same order and window, but each tenant
-  may give the rest of the batch (so concurrent claimers spread over tenants), and a tenant that
-  gave nothing is left active for the other statements to deactivate;
-* fifo takes jobs in (priority desc, run_at, id) order, skipping tenants at their cap.
+State: per tenant a weight ``w``, a cap ``max_running``, the ``running`` count, a virtual time
+``vtime``, an ``active`` flag and ``wake_at`` (earliest run_at of an inactive tenant's jobs).
+A job is *due* when it is queued and ``run_at <= now``; a tenant's jobs are taken in
+(priority DESC, run_at, id) order. A tenant is *runnable* when active and under its cap.
+
+``V``, the queue's virtual time, is where a tenant that becomes active starts: the minimum vtime
+of the runnable tenants; if none is runnable, the maximum vtime of the active ones; if none is
+active, 0. So idle time banks neither credit nor debt.
+
+A fair claim (round_robin, weighted, drr) of batch ``B``:
+
+1. wakes every inactive tenant whose ``wake_at <= now``, at vtime ``V`` (computed before waking);
+2. orders the runnable tenants by (vtime, tenant);
+3. gives each a share ``min(free slots, ceil(B * u / S))`` where ``u`` is its weight (or 1 when
+   the policy ignores weights) and ``S`` the sum of ``u`` over the first ``B`` tenants in order;
+4. walks them in order, taking up to its share of each one's due jobs, and stops as soon as the
+   batch is full;
+5. advances each served tenant's vtime by ``unit / u`` per job (unit = the job's cost for drr,
+   else 1) and its ``running`` by the jobs taken;
+6. deactivates every walked tenant left with no due job (``wake_at`` = its earliest queued
+   ``run_at``, None if it has none); tenants after the one that filled the batch are untouched.
+
+fifo takes due jobs in global (priority DESC, run_at, id) order, skipping tenants with no free
+slot left, and keeps no virtual time.
+
+An enqueue activates an inactive tenant at V if the job is due (a new tenant starts at V either
+way), else moves its ``wake_at`` earlier; a retry frees the slot and moves an inactive tenant's
+``wake_at``; a release (or reaped lease) frees the slot and activates the tenant at V; a
+reconfiguration changes weight and cap and nothing else.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import attrgetter
+from typing import Any, Protocol
 
-from fairq.policies.base import Policy
 
-CONTENDED_CLAIMS = 16  # mirrors fairq.store.pg (the model must not import the store)
+class Policy(Protocol):
+    """What the model reads of a policy: fair ones have params by_weight and by_cost, fifo none."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def params(self) -> tuple[tuple[str, Any], ...]: ...
 
 
 @dataclass(eq=False)
@@ -40,7 +64,11 @@ class ModelJob:
     cost: float = 1.0
 
     def order_key(self) -> tuple[int, float, int]:
+        """The order a tenant's jobs (and fifo's jobs) are taken in."""
         return (-self.priority, self.run_at, self.id)
+
+    def is_due(self, now: float) -> bool:
+        return self.run_at <= now
 
 
 @dataclass
@@ -53,175 +81,187 @@ class ModelTenant:
     active: bool = True
     wake_at: float | None = None
 
+    @property
+    def free(self) -> int:
+        return self.max_running - self.running
+
 
 @dataclass
 class QueueModel:
-    """One queue's scheduler state; time is a plain float the caller advances."""
+    """One queue's scheduler state. ``queued`` and ``running`` map job ids to jobs."""
 
-    tenant_scan: int = 64
+    default_weight: float = 1.0
+    default_max_running: int = 10
     tenants: dict[str, ModelTenant] = field(default_factory=dict)
+    config: dict[str, tuple[float, int]] = field(default_factory=dict)
     queued: dict[int, ModelJob] = field(default_factory=dict)
     running: dict[int, ModelJob] = field(default_factory=dict)
+    # Each tenant's queued jobs, kept sorted by ModelJob.order_key.
     by_tenant: dict[str, list[ModelJob]] = field(default_factory=dict)
-    contended: dict[str, int] = field(default_factory=dict)
 
-    # -- helpers -------------------------------------------------------------------------
-    def _runnable(self) -> list[ModelTenant]:
-        return [t for t in self.tenants.values() if t.active and t.running < t.max_running]
-
-    def virtual_now(self) -> float | None:
-        runnable = self._runnable()
-        return min(t.vtime for t in runnable) if runnable else None
+    # -- queries -------------------------------------------------------------------------
+    def runnable(self) -> Iterator[ModelTenant]:
+        """The tenants a fair claim may serve: active and under their cap."""
+        return (t for t in self.tenants.values() if t.active and t.running < t.max_running)
 
     def activation_vtime(self) -> float:
-        """Where a tenant that becomes active starts: runnable minimum, else active maximum, else 0."""
-        vnow = self.virtual_now()
-        if vnow is not None:
-            return vnow
-        active = [t.vtime for t in self.tenants.values() if t.active]
-        return max(active) if active else 0.0
+        """V: min vtime of runnable tenants, else max vtime of active tenants, else 0."""
+        runnable_min = min((t.vtime for t in self.runnable()), default=None)
+        if runnable_min is not None:
+            return runnable_min
+        return max((t.vtime for t in self.tenants.values() if t.active), default=0.0)
 
-    def _due(self, tenant: str, now: float, limit: int | None = None) -> list[ModelJob]:
-        due: list[ModelJob] = []
-        for j in self.by_tenant.get(tenant, []):
-            if limit is not None and len(due) >= limit:
-                break
-            if j.run_at <= now:
-                due.append(j)
-        return due
+    def due_jobs(self, tenant: str, now: float) -> Iterator[ModelJob]:
+        """The tenant's due jobs, in the order they are taken."""
+        return (j for j in self.by_tenant.get(tenant, []) if j.is_due(now))
 
-    def _push(self, job: ModelJob) -> None:
+    def has_due(self, tenant: str, now: float) -> bool:
+        return next(self.due_jobs(tenant, now), None) is not None
+
+    # -- internals -----------------------------------------------------------------------
+    def _queue(self, job: ModelJob) -> None:
         self.queued[job.id] = job
         bisect.insort(self.by_tenant.setdefault(job.tenant, []), job, key=ModelJob.order_key)
 
-    def _pop(self, job_id: int) -> ModelJob:
-        job = self.queued.pop(job_id)
-        self.by_tenant[job.tenant].remove(job)
-        return job
+    def _start(self, job: ModelJob) -> None:
+        del self.queued[job.id]
+        pending = self.by_tenant[job.tenant]
+        pending.remove(job)
+        if not pending:
+            del self.by_tenant[job.tenant]
+        self.running[job.id] = job
+
+    def _activate(self, tenant: ModelTenant, vtime: float) -> None:
+        tenant.active, tenant.vtime, tenant.wake_at = True, vtime, None
+
+    def _deactivate(self, tenant: ModelTenant) -> None:
+        pending = [j.run_at for j in self.by_tenant.get(tenant.name, [])]
+        tenant.active, tenant.wake_at = False, (min(pending) if pending else None)
+
+    @staticmethod
+    def _earlier(wake_at: float | None, run_at: float) -> float:
+        return run_at if wake_at is None else min(wake_at, run_at)
 
     # -- operations ----------------------------------------------------------------------
-    def enqueue(self, job: ModelJob, now: float, weight: float = 1.0, max_running: int = 10) -> None:
-        """Mirror of the ``enqueue`` statement for one job."""
-        v = self.activation_vtime()
-        t = self.tenants.get(job.tenant)
-        due = job.run_at <= now
-        if t is None:
-            t = ModelTenant(job.tenant, weight, max_running, vtime=v, active=due,
-                            wake_at=None if due else job.run_at)
-            self.tenants[job.tenant] = t
-        elif not t.active:
-            if due:
-                t.active, t.wake_at, t.vtime = True, None, v
-            elif t.wake_at is None or job.run_at < t.wake_at:
-                t.wake_at = job.run_at
-        self._push(job)
+    def set_tenant(self, tenant: str, weight: float, max_running: int) -> None:
+        """Configure a tenant (known or not yet seen); takes effect immediately, nothing else moves."""
+        self.config[tenant] = (weight, max_running)
+        if tenant in self.tenants:
+            self.tenants[tenant].weight = weight
+            self.tenants[tenant].max_running = max_running
 
-    def wake_due(self, now: float) -> None:
-        """Mirror of ``wake_due_tenants`` (maintenance)."""
+    def enqueue(self, job: ModelJob, now: float, weight: float | None = None,
+                max_running: int | None = None) -> None:
+        """Queue one job. ``weight``/``max_running`` override the configuration of a new tenant."""
+        self.enqueue_many([job], now, weight=weight, max_running=max_running)
+
+    def enqueue_many(self, jobs: Iterable[ModelJob], now: float, weight: float | None = None,
+                     max_running: int | None = None) -> None:
+        """Queue jobs in one step, as one enqueue statement does. V is computed once, which is
+        the same as enqueueing them one by one: a tenant activated at V never moves V."""
         v = self.activation_vtime()
-        for t in sorted(self.tenants.values(), key=lambda t: t.name):
-            if not t.active and t.wake_at is not None and t.wake_at <= now:
-                t.active, t.wake_at, t.vtime = True, None, v
+        for job in jobs:
+            due = job.is_due(now)
+            t = self.tenants.get(job.tenant)
+            if t is None:
+                cfg_weight, cfg_cap = self.config.get(
+                    job.tenant, (self.default_weight, self.default_max_running))
+                t = ModelTenant(job.tenant,
+                                weight=cfg_weight if weight is None else weight,
+                                max_running=cfg_cap if max_running is None else max_running,
+                                vtime=v, active=due, wake_at=None if due else job.run_at)
+                self.tenants[job.tenant] = t
+            elif not t.active:
+                if due:
+                    self._activate(t, v)
+                else:
+                    t.wake_at = self._earlier(t.wake_at, job.run_at)
+            self._queue(job)
+
+    def wake_due(self, now: float) -> int:
+        """Activate, at V, every inactive tenant whose wake_at has come; returns how many."""
+        woken = [t for t in self.tenants.values()
+                 if not t.active and t.wake_at is not None and t.wake_at <= now]
+        if woken:
+            v = self.activation_vtime()         # before any of them is active
+            for t in woken:
+                self._activate(t, v)
+        return len(woken)
 
     def claim(self, policy: Policy, batch: int, now: float) -> list[int]:
-        """Mirror of the policy's claim statement; returns claimed job ids in claim order."""
-        if policy.statement == "claim_fifo":
+        """Claim up to ``batch`` due jobs; returns their ids in the order they were taken."""
+        if batch <= 0:
+            return []
+        params = dict(policy.params)
+        if "by_weight" not in params:
             return self._claim_fifo(batch, now)
-        return self._claim_fair(policy, batch, now)
+        return self._claim_fair(batch, now, by_weight=bool(params["by_weight"]),
+                                by_cost=bool(params.get("by_cost", False)))
 
     def _claim_fifo(self, batch: int, now: float) -> list[int]:
-        open_tenants = {t.name for t in self.tenants.values() if t.running < t.max_running}
-        picked = sorted(
-            (j for j in self.queued.values() if j.run_at <= now and j.tenant in open_tenants),
-            key=ModelJob.order_key,
-        )[:batch]
-        claimed: list[int] = []
-        for j in picked:
-            t = self.tenants[j.tenant]
-            if t.running < t.max_running:
-                t.running += 1
-                claimed.append(j.id)
-                self.running[j.id] = self._pop(j.id)
-        return claimed
+        # The first `batch` due jobs in global order, skipping a tenant once its free slots are
+        # used up: only each tenant's first min(free, batch) due jobs can be among them.
+        pool = [job for name in self.by_tenant if (free := self.tenants[name].free) > 0
+                for job in islice(self.due_jobs(name, now), min(free, batch))]
+        taken = sorted(pool, key=ModelJob.order_key)[:batch]
+        for job in taken:
+            self._start(job)
+            self.tenants[job.tenant].running += 1
+        return [j.id for j in taken]
 
-    def _claim_fair(self, policy: Policy, batch: int, now: float) -> list[int]:
-        # claim_fair: the first `batch` runnable tenants; then, if short, claim_fair_wait over
-        # up to tenant_scan tenants for the rest (with one claimer nothing is ever skipped).
-        # After the waiting statement found what the first one could not, Store.claim starts
-        # the next CONTENDED_CLAIMS claims with claim_fair_greedy; the model keeps the same counter.
-        greedy = self.contended.get(policy.name, 0) > 0
-        if greedy:
-            self.contended[policy.name] -= 1
-        claimed = self._fair_pass(policy, batch, now, scan=batch, empties_before_last=False,
-                                  window=batch, greedy=greedy)
-        if len(claimed) < batch:
-            first = len(claimed)
-            rest = batch - first
-            claimed += self._fair_pass(policy, rest, now, scan=self.tenant_scan,
-                                       empties_before_last=True, window=rest)
-            if not claimed:
-                claimed = self._fair_pass(policy, rest, now, scan=self.tenant_scan,
-                                          empties_before_last=True, window=math.inf)
-            if len(claimed) > first:
-                self.contended[policy.name] = CONTENDED_CLAIMS
-        return claimed
+    def _claim_fair(self, batch: int, now: float, *, by_weight: bool, by_cost: bool) -> list[int]:
+        self.wake_due(now)
+        candidates = sorted(self.runnable(), key=attrgetter("vtime", "name"))
 
-    def _fair_pass(self, policy: Policy, batch: int, now: float, *, scan: int,
-                   empties_before_last: bool, window: float, greedy: bool = False) -> list[int]:
-        """One claim statement. ``greedy`` (claim_fair_greedy): each tenant may give the rest of
-        the batch instead of its weighted share, and tenants that gave nothing stay active."""
-        by_weight = dict(policy.params)["by_weight"]
-        vnow = self.virtual_now()
-        cand = sorted((t for t in self._runnable() if vnow is not None and t.vtime <= vnow + window),
-                      key=lambda t: (t.vtime, t.name))[:scan]
-        total = sum((t.weight if by_weight else 1.0) for t in cand[:batch])
-        picked: list[tuple[int, ModelTenant, ModelJob]] = []
-        for ord_, t in enumerate(cand, start=1):
-            if len(picked) >= batch:
+        def units(t: ModelTenant) -> float:
+            return t.weight if by_weight else 1.0
+
+        total_units = sum(units(t) for t in candidates[:batch])
+        walked: list[tuple[ModelTenant, list[ModelJob]]] = []
+        count = 0
+        for t in candidates:
+            if count >= batch:
                 break
-            share = batch if greedy else math.ceil(batch * (t.weight if by_weight else 1.0) / total)
-            limit = min(t.max_running - t.running, batch, share)
-            for j in self._due(t.name, now, limit):
-                if len(picked) >= batch:
-                    break
-                picked.append((ord_, t, j))
-        last = max((o for o, _, _ in picked), default=scan + 1) if empties_before_last else scan + 1
-        served = {t.name for _, t, _ in picked}
-        empties = [] if greedy else [
-            t for o, t in enumerate(cand, start=1)
-            if o < last and t.name not in served and not self._due(t.name, now, 1)
-        ]
+            share = min(t.free, math.ceil(batch * units(t) / total_units))
+            jobs = list(islice(self.due_jobs(t.name, now), min(share, batch - count)))
+            walked.append((t, jobs))
+            count += len(jobs)
+
         claimed: list[int] = []
-        for _, t, j in picked:
-            t.running += 1
-            claimed.append(j.id)
-            self.running[j.id] = self._pop(j.id)
-        # vtime moves by the sum of increments (the SQL sums per tenant, then adds once).
-        for t in {t.name: t for _, t, _ in picked}.values():
-            t.vtime += sum(policy.increment(cost=j.cost, weight=t.weight)
-                           for _, tt, j in picked if tt is t)
-        for t in empties:
-            t.active = False
-            pending = [j.run_at for j in self.by_tenant.get(t.name, [])]
-            t.wake_at = min(pending) if pending else None
+        for t, jobs in walked:
+            for job in jobs:
+                self._start(job)
+                claimed.append(job.id)
+            if jobs:
+                t.running += len(jobs)
+                t.vtime += sum((j.cost if by_cost else 1.0) / units(t) for j in jobs)
+            if not self.has_due(t.name, now):
+                self._deactivate(t)
         return claimed
 
     def finish(self, job_id: int) -> None:
-        """A running job ends (done, failed for good, or cancelled while running)."""
+        """A running job ends for good (done, failed, cancelled while running)."""
         job = self.running.pop(job_id)
         self.tenants[job.tenant].running -= 1
 
     def retry(self, job_id: int, run_at: float) -> None:
-        """A running job failed and waits until ``run_at``; mirror of ``finish_failed``."""
+        """A running job failed and is queued again at ``run_at``."""
         job = self.running.pop(job_id)
         t = self.tenants[job.tenant]
         t.running -= 1
         job.run_at = run_at
-        self._push(job)
-        if not t.active and (t.wake_at is None or run_at < t.wake_at):
-            t.wake_at = run_at
+        self._queue(job)
+        if not t.active:
+            t.wake_at = self._earlier(t.wake_at, run_at)
 
-    def set_tenant(self, tenant: str, weight: float, max_running: int) -> None:
-        if tenant in self.tenants:
-            self.tenants[tenant].weight = weight
-            self.tenants[tenant].max_running = max_running
+    def release(self, job_id: int, run_at: float | None = None) -> None:
+        """A running job goes back to queued, due again (release or lease reaped): an inactive
+        tenant becomes active at V. ``run_at`` is its new (due) run_at; None keeps the old one."""
+        job = self.running.pop(job_id)
+        t = self.tenants[job.tenant]
+        t.running -= 1
+        if run_at is not None:
+            job.run_at = run_at
+        self._queue(job)
+        if not t.active:
+            self._activate(t, self.activation_vtime())
