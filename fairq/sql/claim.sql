@@ -85,6 +85,10 @@ cand AS (
         WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
           AND ts.vtime <= (SELECT vm.v FROM vmin vm) + %(window)s
         ORDER BY ts.vtime, ts.tenant
+        -- A bound the walk never reaches in practice (it stops with the batch), there so the
+        -- planner reads the index in order instead of reading all of it and sorting; a walk
+        -- cut short that took nothing falls back on `hot`, so no work is missed.
+        LIMIT 1000
         FOR NO KEY UPDATE OF ts SKIP LOCKED) r
     UNION ALL
     SELECT 2, h.ctid, h.tenant, h.vtime, h.weight, h.room
@@ -157,13 +161,29 @@ suspects AS MATERIALIZED (
         UNION ALL
         SELECT sl.tenant FROM sleepers sl
         WHERE NOT EXISTS (SELECT FROM served sv WHERE sv.tenant = sl.tenant)
+        -- A full claim: the runnable index up to where the walk stopped, as two index ranges
+        -- (a row comparison would bound only vtime, and read every tenant at the same vtime).
         UNION ALL
         SELECT ts.tenant FROM {schema}.tenant_schedule ts
         WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
-          AND ts.vtime <= (SELECT vm.v FROM vmin vm) + %(window)s
-          AND ((SELECT count(*) FROM taken) < %(batch)s
-               OR (ts.vtime, ts.tenant) < (SELECT st.vtime, st.tenant FROM stop st))
+          AND ts.vtime < (SELECT st.vtime FROM stop st)
           AND NOT EXISTS (SELECT FROM served sv WHERE sv.tenant = ts.tenant)
+        UNION ALL
+        SELECT ts.tenant FROM {schema}.tenant_schedule ts
+        WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
+          AND ts.vtime = (SELECT st.vtime FROM stop st)
+          AND ts.tenant < (SELECT st.tenant FROM stop st)
+          AND NOT EXISTS (SELECT FROM served sv WHERE sv.tenant = ts.tenant)
+        -- A short claim walked every candidate (up to the walk's bound).
+        UNION ALL
+        SELECT w.tenant FROM (
+            SELECT ts.tenant FROM {schema}.tenant_schedule ts
+            WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
+              AND ts.vtime <= (SELECT vm.v FROM vmin vm) + %(window)s
+              AND (SELECT count(*) FROM taken) < %(batch)s
+            ORDER BY ts.vtime, ts.tenant
+            LIMIT 1000) w
+        WHERE NOT EXISTS (SELECT FROM served sv WHERE sv.tenant = w.tenant)
     ) x
 ),
 -- After the jobs' UPDATE (claim_settle runs in later commands, which see it).

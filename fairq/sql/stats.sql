@@ -11,6 +11,7 @@ SELECT set_config('statement_timeout', %(timeout_ms)s::text, true),
        set_config('enable_seqscan', 'on', true),
        set_config('enable_hashjoin', 'on', true),
        set_config('enable_mergejoin', 'on', true),
+       set_config('enable_bitmapscan', 'on', true),
        set_config('plan_cache_mode', 'auto', true);
 
 -- name: tenant_stats
