@@ -13,21 +13,25 @@ A job is *due* when it is queued and ``run_at <= now``; a tenant's jobs are take
 of the runnable tenants; if none is runnable, the maximum vtime of the active ones; if none is
 active, 0. So idle time banks neither credit nor debt.
 
-A fair claim (round_robin, weighted, drr) of batch ``B``:
+A fair claim (round_robin, weighted, drr) of batch ``B`` (docs/algorithm.md, "The definition"):
 
 1. wakes every inactive tenant whose ``wake_at <= now``, at vtime ``V`` (computed before waking);
-2. orders the runnable tenants by (vtime, tenant);
+   those with a free slot come first in the walk, in tenant order;
+2. then the runnable tenants in (vtime, tenant) order whose vtime is at most ``B`` ahead of the
+   first runnable one (the window);
 3. gives each a share ``min(free slots, ceil(B * u / S))`` where ``u`` is its weight (or 1 when
-   the policy ignores weights) and ``S`` the sum of ``u`` over the first ``B`` tenants in order;
+   the policy ignores weights) and ``S`` the sum of ``u`` over the first ``B`` candidates;
 4. walks them in order, taking up to its share of each one's due jobs, and stops as soon as the
-   batch is full;
+   batch is full; if it took nothing (and woke nobody), it walks the first three runnable
+   tenants with a due job, whatever their vtime;
 5. advances each served tenant's vtime by ``unit / u`` per job (unit = the job's cost for drr,
    else 1) and its ``running`` by the jobs taken;
-6. deactivates every walked tenant left with no due job (``wake_at`` = its earliest queued
-   ``run_at``, None if it has none); tenants after the one that filled the batch are untouched.
+6. deactivates every walked tenant, and every sleeper, left with no due job (``wake_at`` = its
+   earliest queued ``run_at``, None if it has none); tenants not reached are untouched.
 
-fifo takes due jobs in global (priority DESC, run_at, id) order, skipping tenants with no free
-slot left, and keeps no virtual time.
+fifo takes the first ``B`` due jobs in global (priority DESC, run_at, id) order among tenants
+with a free slot, then grants each tenant as many of them as it has free slots; it keeps no
+virtual time.
 
 An enqueue activates an inactive tenant at V if the job is due (a new tenant starts at V either
 way), else moves its ``wake_at`` earlier; a retry frees the slot and moves an inactive tenant's
@@ -199,33 +203,64 @@ class QueueModel:
                                 by_cost=bool(params.get("by_cost", False)))
 
     def _claim_fifo(self, batch: int, now: float) -> list[int]:
-        # The first `batch` due jobs in global order, skipping a tenant once its free slots are
-        # used up: only each tenant's first min(free, batch) due jobs can be among them.
-        pool = [job for name in self.by_tenant if (free := self.tenants[name].free) > 0
-                for job in islice(self.due_jobs(name, now), min(free, batch))]
-        taken = sorted(pool, key=ModelJob.order_key)[:batch]
+        # The first `batch` due jobs in global order among tenants with a free slot; then each
+        # tenant keeps as many of them as it has free slots (the rest stay queued).
+        pool = [job for name in self.by_tenant if self.tenants[name].free > 0
+                for job in islice(self.due_jobs(name, now), batch)]
+        picked = sorted(pool, key=ModelJob.order_key)[:batch]
+        granted: dict[str, int] = {}
+        taken: list[ModelJob] = []
+        for job in picked:
+            t = self.tenants[job.tenant]
+            if granted.get(t.name, 0) < t.free:
+                granted[t.name] = granted.get(t.name, 0) + 1
+                taken.append(job)
         for job in taken:
             self._start(job)
             self.tenants[job.tenant].running += 1
         return [j.id for j in taken]
 
     def _claim_fair(self, batch: int, now: float, *, by_weight: bool, by_cost: bool) -> list[int]:
-        self.wake_due(now)
-        candidates = sorted(self.runnable(), key=attrgetter("vtime", "name"))
+        # 1. Sleepers whose time came wake at V (computed before any wakes); those with a free
+        #    slot come first in the walk, in tenant order.
+        v = self.activation_vtime()
+        vmin = min((t.vtime for t in self.runnable()), default=None)
+        before = [t for t in self.runnable()]
+        sleepers = sorted((t for t in self.tenants.values()
+                           if not t.active and t.wake_at is not None and t.wake_at <= now),
+                          key=attrgetter("name"))
+        for t in sleepers:
+            self._activate(t, v)
+        # 2. Then the runnable tenants at most `batch` of virtual time ahead of the first.
+        window = [t for t in sorted(before, key=attrgetter("vtime", "name"))
+                  if vmin is not None and t.vtime <= vmin + batch]
+        candidates = [t for t in sleepers if t.free > 0] + window
 
         def units(t: ModelTenant) -> float:
             return t.weight if by_weight else 1.0
 
-        total_units = sum(units(t) for t in candidates[:batch])
+        # 3. Shares over the first `batch` candidates.
+        total_units = sum(units(t) for t in candidates[:batch]) or 1.0
         walked: list[tuple[ModelTenant, list[ModelJob]]] = []
         count = 0
-        for t in candidates:
-            if count >= batch:
-                break
-            share = min(t.free, math.ceil(batch * units(t) / total_units))
-            jobs = list(islice(self.due_jobs(t.name, now), min(share, batch - count)))
-            walked.append((t, jobs))
-            count += len(jobs)
+
+        def walk(tenants: list[ModelTenant]) -> None:
+            nonlocal count
+            for t in tenants:
+                if count >= batch:
+                    break
+                share = min(t.free, math.ceil(batch * units(t) / total_units))
+                jobs = list(islice(self.due_jobs(t.name, now), min(share, batch - count)))
+                walked.append((t, jobs))
+                count += len(jobs)
+
+        # 4. The walk.
+        walk(candidates)
+        # 5. Nothing taken although a job is due (with concurrent claimers: all held): the
+        #    first three runnable tenants with a due job, whatever their virtual time.
+        if count == 0 and not sleepers:
+            walk([t for t in sorted(self.runnable(), key=attrgetter("vtime", "name"))
+                  if self.has_due(t.name, now)][:3])
 
         claimed: list[int] = []
         for t, jobs in walked:
@@ -235,7 +270,10 @@ class QueueModel:
             if jobs:
                 t.running += len(jobs)
                 t.vtime += sum((j.cost if by_cost else 1.0) / units(t) for j in jobs)
-            if not self.has_due(t.name, now):
+        # 7. Every tenant served or walked past, and every sleeper, with no due job left leaves
+        #    the runnable set.
+        for t in [t for t, _ in walked] + sleepers:
+            if t.active and not self.has_due(t.name, now):
                 self._deactivate(t)
         return claimed
 
