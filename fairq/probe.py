@@ -51,7 +51,7 @@ PLAN_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.
 EXEC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                 1.0, 2.5, 5.0)
 # PostgreSQL types of the claim statements' parameters, for PREPARE.
-PARAM_TYPES = {"queue": "text", "worker": "text", "batch": "int4", "window": "float8",
+PARAM_TYPES = {"queue": "text", "worker": "text", "batch": "int4", "window": "float8", "wait": "bool",
                "by_weight": "bool", "by_cost": "bool"}
 _PARAM = re.compile(r"%\((\w+)\)s")
 

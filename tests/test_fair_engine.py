@@ -257,9 +257,9 @@ def _wait_until_blocked(dsn: str, pid: int) -> None:
 def test_claim_that_waited_for_held_tenant_rows_claims_with_exact_counts(
         uncapped: Store, dsn: str, policy: str) -> None:
     """Claimer A holds ten tenants' schedule rows (its claim is not committed yet); claimer B
-    finds every tenant held, waits for one (the fair claim waits for the first tenants with a
-    due job; fifo for the picked jobs' tenants) and, once A commits, claims from it: never
-    empty while work is due, and every tenant's running count stays exact.
+    finds every tenant held and waits (the fair claim's second statement for the first tenant
+    with a due job; fifo for the picked jobs' tenants) and, once A commits, claims: never empty
+    while work is due, and every tenant's running count stays exact.
 
     The rows B locks after its wait are newer than its snapshot (EvalPlanQual): the fair claim
     writes them in claim_settle, whose snapshot sees them (writing them from the claim's own
@@ -273,9 +273,12 @@ def test_claim_that_waited_for_held_tenant_rows_claims_with_exact_counts(
     fill(uncapped, {f"t{i}": 30 for i in range(10)}, interleave=True)
     text = sql.statement(get_policy(policy).statement, "fairq")
     params = get_policy(policy).claim_params(queue="default", batch=10, worker="w")
+    a_params = dict(params)
+    # B runs the statement the store runs after an empty claim: the fair one with `wait`.
+    params["wait"] = get_policy(policy).waits
     with psycopg.connect(dsn, options=planner_options()) as a, \
             psycopg.connect(dsn, autocommit=True, options=planner_options()) as b:
-        held = a.execute(text, params).fetchall()
+        held = a.execute(text, a_params).fetchall()
         assert len(held) == 10
         pid = b.info.backend_pid
         got: list[object] = []
@@ -293,8 +296,8 @@ def test_claim_that_waited_for_held_tenant_rows_claims_with_exact_counts(
 def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
         store: Store, dsn: str, room_left: int) -> None:
     """One busy tenant whose row another session holds (a claim or a finish of another worker):
-    the fair claim waits for the row instead of coming back empty, then grants what fits under
-    the cap as it is after the wait.
+    the fair claim's second statement waits for the row instead of coming back empty, then
+    grants what fits under the cap as it is after the wait.
 
     room_left 100: the holder commits without changing the row; B gets its 10 jobs.
     room_left 5: the holder leaves the tenant 5 free slots; B gets exactly 5."""
@@ -306,6 +309,7 @@ def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
     store.set_tenants([TenantConfig("t", 2.0, 100)])
     fill(store, {"t": 30})
     params = get_policy("weighted").claim_params(queue="default", batch=10, worker="b")
+    params["wait"] = True  # the store's second statement, after the first found the row held
     text = sql.statement("claim_fair", "fairq")
     before = sql_rows(dsn, "SELECT running, vtime FROM fairq.tenant_schedule WHERE tenant = 't'")[0]
     a = psycopg.connect(dsn, options=planner_options())

@@ -1,9 +1,10 @@
 """the fair engine: tenants leave the runnable set with their last due job; plans that hold
 
-- ``queue_vtime`` and ``claim_settle`` (fairq/sql/ddl/engine_v1.sql): the one definition of the
-  queue's virtual time, and the end of a fair claim, which retires a tenant under a lock that
-  an enqueue's FOR KEY SHARE conflicts with, deciding "no due job" with a snapshot taken after
-  that lock (docs/algorithm.md).
+- ``queue_vtime``, ``claim_share``, ``claim_head`` and ``claim_settle``
+  (fairq/sql/ddl/engine_v1.sql): the one definition of the queue's virtual time, and the parts
+  of a fair claim that need their own snapshots: the wait for a held tenant, and the end of a
+  claim, which retires a tenant under a lock that an enqueue's FOR KEY SHARE conflicts with,
+  deciding "no due job" with a snapshot taken after that lock (docs/algorithm.md).
 - ``jobs_fifo_ready_idx`` gets a predicate the per-tenant job pick does not imply
   (``cost > 0``, always true by jobs_cost_check): with statistics never taken the planner read a
   tenant's jobs through it, filtering out every other tenant's queued jobs (5,000 rows per
@@ -99,6 +100,8 @@ def downgrade() -> None:
                     postgresql_where=sa.text("status = 'queued'"))
     op.drop_index("jobs_fifo_ready_idx", table_name="jobs", schema=s)
     op.execute(sa.text(f"ALTER INDEX {q}.jobs_fifo_ready_idx_old RENAME TO jobs_fifo_ready_idx"))
-    op.execute(sa.text(f"DROP FUNCTION {q}.claim_settle(text, tid[], int[], float8[], bool[], float8, text[])"))
+    op.execute(sa.text(f"DROP FUNCTION {q}.claim_settle(text, bool, float8, float8, text, tid[], "
+                       "text[], int[], float8[], text[], tid[], text[])"))
     op.execute(sa.text(f"DROP FUNCTION {q}.claim_head(text, int)"))
+    op.execute(sa.text(f"DROP FUNCTION {q}.claim_share(text, float8, int, bool, float8[])"))
     op.execute(sa.text(f"DROP FUNCTION {q}.queue_vtime(text)"))

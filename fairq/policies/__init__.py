@@ -13,18 +13,21 @@ FIFO = Policy(
 ROUND_ROBIN = Policy(
     name="round_robin",
     statement="claim_fair",
+    waits=True,
     params=(("by_weight", False), ("by_cost", False)),
     description="each runnable tenant one job per turn, weights ignored (seed 004's fairness)",
 )
 WEIGHTED = Policy(
     name="weighted",
     statement="claim_fair",
+    waits=True,
     params=(("by_weight", True), ("by_cost", False)),
     description="long-run share of claims proportional to weight",
 )
 DRR = Policy(
     name="drr",
     statement="claim_fair",
+    waits=True,
     params=(("by_weight", True), ("by_cost", True)),
     description="share of work (sum of job cost) proportional to weight",
 )

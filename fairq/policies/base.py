@@ -17,6 +17,8 @@ class Policy:
 
     name: str
     statement: str
+    # The statement has a `wait` parameter: run it again with wait = true when it came back empty.
+    waits: bool = False
     params: tuple[tuple[str, Any], ...] = ()
     description: str = ""
 
@@ -24,7 +26,7 @@ class Policy:
         """The full parameter dict for one claim."""
         values: dict[str, Any] = dict(self.params)
         # The fair walk's virtual-time window: one batch ahead of the first runnable tenant.
-        values.update(queue=queue, batch=batch, worker=worker, window=float(batch))
+        values.update(queue=queue, batch=batch, worker=worker, window=float(batch), wait=False)
         return values
 
     def increment(self, *, cost: float, weight: float) -> float:

@@ -22,7 +22,7 @@ A fair claim (round_robin, weighted, drr) of batch ``B`` (docs/algorithm.md, "Th
 3. gives each a share ``min(free slots, ceil(B * u / S))`` where ``u`` is its weight (or 1 when
    the policy ignores weights) and ``S`` the sum of ``u`` over the first ``B`` candidates;
 4. walks them in order, taking up to its share of each one's due jobs, and stops as soon as the
-   batch is full; if it took nothing (and woke nobody), it walks the first three runnable
+   batch is full; if it took nothing, it walks the first three runnable
    tenants with a due job, whatever their vtime;
 5. advances each served tenant's vtime by ``unit / u`` per job (unit = the job's cost for drr,
    else 1) and its ``running`` by the jobs taken;
@@ -258,7 +258,7 @@ class QueueModel:
         walk(candidates)
         # 5. Nothing taken although a job is due (with concurrent claimers: all held): the
         #    first three runnable tenants with a due job, whatever their virtual time.
-        if count == 0 and not sleepers:
+        if count == 0:
             walk([t for t in sorted(self.runnable(), key=attrgetter("vtime", "name"))
                   if self.has_due(t.name, now)][:3])
 

@@ -241,17 +241,26 @@ class Store:
 
     # -- workers ------------------------------------------------------------------------
     def claim(self, policy: Policy, *, queue: str, batch: int, worker: str) -> list[ClaimedJob]:
-        """Claim up to ``batch`` jobs of ``queue`` under ``policy``: one statement, committed.
+        """Claim up to ``batch`` jobs of ``queue`` under ``policy``, committed: one statement, or
+        two when the first found nothing it could lock (the second waits for a held tenant).
 
         No state is kept between claims: what a claim does depends on the database alone.
         """
         if batch <= 0:
             return []
         params = policy.claim_params(queue=queue, batch=batch, worker=worker)
-        with self._tx() as cur:
-            cur.execute(self.q(policy.statement), params)
-            rows: list[dict[str, Any]] = cur.fetchall()
+        rows = self._claim_rows(policy.statement, params)
+        if not rows and policy.waits:
+            # Every tenant with a due job may be held by other claims or finishes: the same
+            # statement again, holding nothing, waits for the first of them (docs/algorithm.md).
+            params["wait"] = True
+            rows = self._claim_rows(policy.statement, params)
         return [_claimed(r) for r in rows]
+
+    def _claim_rows(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        with self._tx() as cur:
+            cur.execute(self.q(statement), params)
+            return cur.fetchall()
 
     def finish_done(self, done: Sequence[tuple[int, int]]) -> list[FinishedJob]:
         """Mark (id, attempts) pairs done; returns those that were still ours."""

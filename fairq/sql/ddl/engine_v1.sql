@@ -1,6 +1,11 @@
 -- The fair engine's functions, created by migration 0003. {schema} is the quoted schema name.
 -- This file is part of the schema's history: never edit it once released; a change is a new
 -- file (engine_v2.sql) and a new migration.
+--
+-- Plans no statistics can change: every tenant lookup is by the full primary key, by ctid (a TID
+-- scan) or an ordered range of the runnable index, and every job probe is a subquery whose index
+-- condition is the tenant itself. (A join over an array of tenants was planned as a scan of the
+-- whole queue when the tables had never been analyzed.)
 
 -- The queue's virtual time V, where a tenant that becomes runnable starts (enqueue, a delayed
 -- job falling due, a job handed back): the minimum vtime of the runnable tenants; if every
@@ -24,62 +29,143 @@ BEGIN
 END
 $$;
 
--- The tenants a fair claim waits for when its walk took nothing although work is due: the
--- first `n` runnable tenants in (vtime, tenant) order with a due job, read with a fresh snapshot
--- (VOLATILE): the claim's own snapshot may still show tenants that other claims emptied and
--- retired since. More than one, because the first may be emptied by the claim that holds it.
-CREATE FUNCTION {schema}.claim_head(q text, n int) RETURNS text[]
+-- A fair claim's share denominator S: the weights (1 each unless by_weight) of the first
+-- `batch` tenants of its walk: the woken sleepers' (`first`, in walk order), then the runnable
+-- tenants up to `hi` in (vtime, tenant) order. 1 when there are none. STABLE: the claim's own
+-- snapshot, read without locks.
+CREATE FUNCTION {schema}.claim_share(q text, hi float8, batch int, by_weight bool, first float8[])
+RETURNS float8
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    total float8 := 0;
+    k int := 0;
+    w float8;
+BEGIN
+    FOREACH w IN ARRAY first LOOP
+        EXIT WHEN k >= batch;
+        total := total + CASE WHEN by_weight THEN w ELSE 1.0 END;
+        k := k + 1;
+    END LOOP;
+    IF k < batch AND hi IS NOT NULL THEN
+        FOR w IN
+            SELECT ts.weight FROM {schema}.tenant_schedule ts
+            WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running AND ts.vtime <= hi
+            ORDER BY ts.vtime, ts.tenant
+            LIMIT batch - k
+        LOOP
+            total := total + CASE WHEN by_weight THEN w ELSE 1.0 END;
+        END LOOP;
+    END IF;
+    RETURN CASE WHEN total > 0 THEN total ELSE 1.0 END;
+END
+$$;
+
+-- The tenants a claim's second statement (`wait`) serves: its first found every tenant with a
+-- due job held by other claims or finishes. The first `n` runnable tenants with a due job, in
+-- (vtime, tenant) order, read with a fresh snapshot (VOLATILE: the claim's own may still show
+-- tenants that others emptied since). The first is waited for, while the claim holds no row, so
+-- no lock cycle is possible; the others are taken only if free, in case the first was emptied
+-- meanwhile. Returns the locked rows as they are now.
+CREATE FUNCTION {schema}.claim_head(q text, n int)
+RETURNS TABLE (row_ tid, tenant text, vtime float8, weight float8, room int)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    ts_ text[];
+    t text;
+    i int := 0;
 BEGIN
-    SELECT array_agg(h.tenant ORDER BY h.vtime, h.tenant) INTO ts_ FROM (
-        SELECT ts.tenant, ts.vtime FROM {schema}.tenant_schedule ts
+    FOR t IN
+        SELECT ts.tenant FROM {schema}.tenant_schedule ts
         WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running
           AND (SELECT true FROM {schema}.jobs j
                WHERE j.queue = q AND j.tenant = ts.tenant AND j.status = 'queued'
                  AND j.run_at <= now() LIMIT 1)
         ORDER BY ts.vtime, ts.tenant
-        LIMIT n) h;
-    RETURN coalesce(ts_, '{}');
+        LIMIT n
+    LOOP
+        i := i + 1;
+        IF i = 1 THEN
+            RETURN QUERY
+                SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running
+                FROM {schema}.tenant_schedule ts
+                WHERE ts.queue = q AND ts.tenant = t AND ts.active AND ts.running < ts.max_running
+                FOR NO KEY UPDATE OF ts;
+        ELSE
+            RETURN QUERY
+                SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running
+                FROM {schema}.tenant_schedule ts
+                WHERE ts.queue = q AND ts.tenant = t AND ts.active AND ts.running < ts.max_running
+                FOR NO KEY UPDATE OF ts SKIP LOCKED;
+        END IF;
+    END LOOP;
 END
 $$;
 
--- The end of a fair claim (fairq/sql/claim.sql), once its jobs are marked running: the tenant
--- rows it holds get their counts and virtual times, then every tenant it served or walked past
--- that looks empty leaves the runnable set if it has no due job left.
---
--- Why a function: each statement of a VOLATILE function gets a fresh snapshot under READ
--- COMMITTED, which the claim's own statement cannot have.
--- - The rows are written by ctid (a TID scan, a plan no statistics can change). A row the claim
---   locked after waiting for it, or after another claim changed it, is newer than the claim's
---   snapshot; only a later snapshot sees it.
+-- The end of a fair claim (fairq/sql/claim.sql), once its jobs are marked running. Each
+-- statement of a VOLATILE function gets a fresh snapshot under READ COMMITTED, which the claim's
+-- own statement cannot have:
+-- - The tenant rows the claim holds are written by ctid. A row it locked after another claim
+--   changed it is newer than the claim's snapshot; an update in the claim's own statement
+--   silently missed it (running counts went negative).
 -- - Leaving the runnable set must not race an enqueue. A producer holds FOR KEY SHARE on its
 --   tenants' rows until it commits (see enqueue); retiring takes FOR UPDATE, which conflicts,
 --   SKIP LOCKED (a tenant whose producer has not committed stays runnable). Only once that lock
 --   is held is "no due job" decided, with a snapshot taken after it: a job committed before the
 --   lock is seen; a producer that locks after it waits, finds the tenant retired and wakes it.
--- The job probes are subqueries whose index condition is the tenant itself.
+--
+-- Arguments: the served tenants (rows, names, jobs, virtual-time increments, and those that
+-- looked empty in the claim's snapshot), the sleepers the claim locked (woken here at V), and
+-- where its walk ended: `hi` its reach, (stop_v, stop_t) the last tenant it served when it
+-- filled its batch in the runnable index, `short` when it walked every candidate.
 CREATE FUNCTION {schema}.claim_settle(
-    q text, rows_ tid[], ns int[], incs float8[], woken bool[], v float8, suspects text[]
+    q text, short bool, hi float8, stop_v float8, stop_t text,
+    s_rows tid[], s_tenants text[], s_n int[], s_inc float8[], s_empty text[],
+    w_rows tid[], w_tenants text[]
 ) RETURNS int
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+    v float8;
+    suspects text[];
     locked tid[];
     retired int;
 BEGIN
-    -- Rows this claim holds (FOR NO KEY UPDATE): served tenants, and sleepers woken at V.
+    IF cardinality(w_rows) > 0 THEN
+        v := {schema}.queue_vtime(q);  -- before any sleeper is active
+    END IF;
     UPDATE {schema}.tenant_schedule ts
     SET running = ts.running + x.n, claimed_total = ts.claimed_total + x.n,
-        vtime = CASE WHEN x.woken THEN v ELSE ts.vtime END + x.inc,
-        active = true, wake_at = CASE WHEN x.woken THEN NULL ELSE ts.wake_at END,
-        last_served_at = CASE WHEN x.n > 0 THEN now() ELSE ts.last_served_at END
-    FROM unnest(rows_, ns, incs, woken) AS x(row_, n, inc, woken)
+        vtime = CASE WHEN ts.active THEN ts.vtime ELSE v END + x.inc,
+        active = true, wake_at = NULL, last_served_at = now()
+    FROM unnest(s_rows, s_n, s_inc) AS x(row_, n, inc)
     WHERE ts.ctid = x.row_;
+    UPDATE {schema}.tenant_schedule ts
+    SET active = true, wake_at = NULL, vtime = v
+    WHERE ts.ctid = ANY (w_rows) AND NOT ts.active;
 
+    -- Suspects: served and looking empty, sleepers it did not serve, and the runnable tenants
+    -- its walk went past (held by other claims, or with nothing due).
+    suspects := s_empty || array(SELECT x FROM unnest(w_tenants) x WHERE x <> ALL (s_tenants));
+    IF stop_v IS NOT NULL THEN
+        suspects := suspects || array(
+            SELECT ts.tenant FROM {schema}.tenant_schedule ts
+            WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running
+              AND ts.vtime < stop_v AND ts.tenant <> ALL (s_tenants)
+            UNION ALL
+            SELECT ts.tenant FROM {schema}.tenant_schedule ts
+            WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running
+              AND ts.vtime = stop_v AND ts.tenant < stop_t AND ts.tenant <> ALL (s_tenants));
+    ELSIF short AND hi IS NOT NULL THEN
+        suspects := suspects || array(
+            SELECT w.tenant FROM (
+                SELECT ts.tenant FROM {schema}.tenant_schedule ts
+                WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running
+                  AND ts.vtime <= hi
+                ORDER BY ts.vtime, ts.tenant LIMIT 1000) w
+            WHERE w.tenant <> ALL (s_tenants));
+    END IF;
     IF cardinality(suspects) = 0 THEN
         RETURN 0;
     END IF;
+
     SELECT array_agg(x.ctid) INTO locked
     FROM (SELECT DISTINCT u.t FROM unnest(suspects) AS u(t) ORDER BY u.t) u
     CROSS JOIN LATERAL (
