@@ -24,10 +24,11 @@ call returned; every check reads the database with plain SQL:
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
@@ -88,16 +89,31 @@ def describe(claimable: list[tuple[Any, ...]]) -> str:
 
 
 def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name: str,
-                 stats: Counter[str]) -> type[RuleBasedStateMachine]:
+                 stats: Counter[str], failures: list[str]) -> type[RuleBasedStateMachine]:
     policy = get_policy(policy_name)
     driver = stores[0]
 
     def rows(query: str, params: Any = None) -> list[tuple[Any, ...]]:
         return conn.execute(query, params).fetchall()
 
+    def recorded(fn: Callable[..., None]) -> Callable[..., None]:
+        """Keep the first failure's message: Hypothesis replays a failing example to report it,
+        and with concurrent claims the replay can fail elsewhere or not at all (a Flaky error)."""
+        @functools.wraps(fn)
+        def step(self: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                fn(self, *args, **kwargs)
+            except Exception as exc:
+                steps = " | ".join(getattr(self, "log", [])[-12:])
+                failures.append(f"{type(exc).__name__} in {fn.__name__}: {exc}"
+                                + ("" if "steps:" in str(exc) else f"\nsteps: {steps}"))
+                raise
+        return step
+
     class ClaimOracle(RuleBasedStateMachine):
         @initialize(backlog=st.lists(st.tuples(st.sampled_from(TENANTS), st.sampled_from([1, 2, 5, 12]),
                                                st.sampled_from(TIMINGS)), min_size=1, max_size=4))
+        @recorded
         def reset(self, backlog: list[tuple[str, int, str]]) -> None:
             # A queue of its own per example (cheaper than TRUNCATE); tenants' settings are global.
             stats["examples"] += 1
@@ -186,6 +202,7 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
         @rule(tenant=st.sampled_from(TENANTS), n=st.sampled_from([1, 1, 1, 2, 3, 6, 12]),
               priority=st.sampled_from([0, 0, 0, 1, 5]), timing=st.sampled_from(TIMINGS),
               cost=st.sampled_from([1.0, 1.0, 3.0]), max_attempts=st.sampled_from([1, MAX_ATTEMPTS]))
+        @recorded
         def enqueue(self, tenant: str, n: int, priority: int, timing: str, cost: float,
                     max_attempts: int) -> None:
             self.add_jobs(tenant, n, timing=timing, priority=priority, cost=cost,
@@ -193,6 +210,7 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
 
         @precondition(lambda self: self.crowds < 2 * CROWD)
         @rule(n=st.sampled_from([20, CROWD]), then=st.sampled_from(["wait", "claim", "run"]))
+        @recorded
         def crowd(self, n: int, then: str) -> None:
             """Many tenants with one job each (named to sort before the small set's). Then the
             jobs wait, or one claim takes them (and they may run to the end): the tenants are
@@ -235,12 +253,14 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
             return out
 
         @rule(k=st.integers(2, CLAIMERS), batches=st.lists(BATCHES, min_size=CLAIMERS, max_size=CLAIMERS))
+        @recorded
         def concurrent_claims(self, k: int, batches: list[int]) -> None:
             self.round(k, batches)
             self.quiescent_check(f"a round of {k} claimers (batches {batches[:k]})")
 
         @rule(rounds=st.lists(st.lists(BATCHES, min_size=CLAIMERS, max_size=CLAIMERS),
                               min_size=DRAIN_ROUNDS, max_size=DRAIN_ROUNDS))
+        @recorded
         def drain(self, rounds: list[list[int]]) -> None:
             """Claimers finish what they hold and claim together again, until a round gets nothing."""
             for batches in rounds:
@@ -309,6 +329,7 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
             return got
 
         @rule()
+        @recorded
         def quiescent_claim(self) -> None:
             self.quiescent_check("a quiescent point")
 
@@ -317,6 +338,7 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
             return sorted({ids[p % len(ids)] for p in picks}) if ids else []
 
         @rule(picks=PICKS)
+        @recorded
         def finish(self, picks: list[int]) -> None:
             self.finish_jobs(self.pick("running", picks))
 
@@ -330,6 +352,7 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
             self.log.append(f"finish {chosen if len(chosen) < 10 else f'{len(chosen)} jobs'}")
 
         @rule(picks=PICKS, retry=st.sampled_from([0.0, SHORT_DELAY, 3600.0]))
+        @recorded
         def fail(self, picks: list[int], retry: float) -> None:
             """One running job fails: retried after `retry` seconds, or failed at max_attempts."""
             chosen = self.pick("running", picks[:1])
@@ -345,6 +368,7 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
             self.log.append(f"fail {job_id} retry {retry} -> {expected}")
 
         @rule(picks=PICKS)
+        @recorded
         def cancel(self, picks: list[int]) -> None:
             for job_id in self.pick("queued", picks[:2]):
                 assert driver.cancel(job_id), f"cancel of queued job {job_id} refused"
@@ -353,6 +377,7 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
 
         @rule(tenant=st.sampled_from(TENANTS), weight=st.sampled_from([0.5, 1.0, 2.0, 10.0]),
               cap=st.sampled_from([0, 1, 2, 3, 10]))
+        @recorded
         def configure(self, tenant: str, weight: float, cap: int) -> None:
             driver.set_tenants([TenantConfig(tenant, weight, cap)])
             self.config[tenant] = (weight, cap)
@@ -361,6 +386,7 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
             self.log.append(f"configure {tenant} weight {weight} cap {cap}")
 
         @rule()
+        @recorded
         def wait_until_due(self) -> None:
             """Sleep until every job delayed by a fraction of a second is due."""
             (left,) = rows("SELECT coalesce(extract(epoch FROM max(run_at) - now()), 0)::float8 "
@@ -373,6 +399,7 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
 
         # -- invariants ---------------------------------------------------------------------
         @invariant()
+        @recorded
         def no_job_lost(self) -> None:
             if not hasattr(self, "jobs"):
                 return
@@ -385,6 +412,7 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
                 f"jobs lost {missing}, unknown {extra}, (database, expected) differ {wrong}")
 
         @invariant()
+        @recorded
         def caps_hold_and_running_counts_are_exact(self) -> None:
             if not hasattr(self, "jobs"):
                 return
@@ -465,13 +493,19 @@ def test_concurrent_claims_against_the_database(stores: list[Store], fresh_db: s
     stats: Counter[str] = Counter()
     with psycopg.connect(fresh_db, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
-        machine = make_machine(stores, conn, policy, stats)
-        run_state_machine_as_test(machine, settings=settings(
-            max_examples=15, stateful_step_count=25, deadline=None, database=None,
-            # Concurrent claims make runs irreproducible, so shrinking cannot work: failures carry
-            # the last steps in their message, and Hypothesis prints the steps of the example.
-            phases=[Phase.explicit, Phase.generate],
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+        failures: list[str] = []
+        machine = make_machine(stores, conn, policy, stats, failures)
+        try:
+            run_state_machine_as_test(machine, settings=settings(
+                max_examples=15, stateful_step_count=25, deadline=None, database=None,
+                # Concurrent claims make runs irreproducible, so shrinking cannot work: failures
+                # carry the last steps in their message, and Hypothesis prints the example's.
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+        except Exception as exc:
+            if failures and not isinstance(exc, AssertionError):  # the replay went another way
+                raise AssertionError(f"first failure: {failures[0]}") from exc
+            raise
     # Not vacuous: claimers raced and won, and the quiescent check had work to find.
     assert stats["rounds"] > 0 and stats["round_claimed"] > 0, stats
     assert stats["rounds_with_two_winners"] > 0, stats
