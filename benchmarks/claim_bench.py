@@ -12,8 +12,8 @@ drift hits every policy alike; figures are medians over repeats, and the ratio i
 against fifo's median in the same run.
 
 Reported per (tenants, policy): jobs/s, ratio to fifo, empty claims while work was runnable
-(the backlog never runs dry during a round), how often the fallback statement ran, the share
-of claims that started with the contended statement, p50/p99 claim latency (all round trips),
+(the backlog never runs dry during a round), how often a claim ran its second statement (the
+wait for a held tenant), p50/p99 claim latency (all round trips),
 and per claim statement the planning and execution time:
 EXPLAIN ANALYZE samples of the prepared statement as custom and generic plan and, with
 ``--private-cluster`` (pg_stat_statements loaded, track_planning on), what the workers' own
@@ -55,24 +55,22 @@ from fairq.store.pg import planner_options
 POLICIES = ("fifo", "round_robin", "weighted", "drr")
 # Substrings that tell the claim statements apart in pg_stat_statements' normalised text.
 PGSS_MARKS = {
-    "claim_fair_greedy": "NOT EXISTS (SELECT FROM free)",
-    "claim_fair_wait": "AS ord",
-    "claim_fair": "FOR UPDATE OF ts SKIP LOCKED",
+    "claim_fair": "claim_settle",
     "claim_fifo": "WHERE ts.queue = q.queue AND ts.tenant = q.tenant",
     "finish_done": "FROM done d",
 }
 
 
 class CountingStore(Store):
-    """A Store that counts which named statements it runs: how often the fallback ran."""
+    """A Store that counts the statements its claims run: how often the second (wait) ran."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.used: Counter[str] = Counter()
 
-    def q(self, name: str) -> str:
-        self.used[name] += 1
-        return super().q(name)
+    def _claim_rows(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        self.used["wait" if params.get("wait") else statement] += 1
+        return super()._claim_rows(statement, params)
 
 
 @dataclass
@@ -82,9 +80,8 @@ class Round:
     seconds: float
     claims: int
     empty: int
-    fallbacks: int
+    fallbacks: int  # claims that ran the second statement (wait: the first found nothing)
     latencies_ms: list[float] = field(default_factory=list)
-    contended: int = 0  # claims that started with the contended statement (claim_fair_greedy)
 
     @property
     def rate(self) -> float:
@@ -104,8 +101,7 @@ def run_round(stores: list[CountingStore], policy: str, queue: str, jobs: int, b
     lock = threading.Lock()
     state = {"claimed": 0, "claims": 0, "empty": 0}
     lats: list[list[float]] = [[] for _ in stores]
-    before = [s.used[pol.fallback] if pol.fallback else 0 for s in stores]
-    before_c = [s.used[pol.contended] if pol.contended else 0 for s in stores]
+    before = [s.used["wait"] for s in stores]
     start = threading.Barrier(len(stores) + 1)
 
     errors: list[BaseException] = []
@@ -142,12 +138,9 @@ def run_round(stores: list[CountingStore], policy: str, queue: str, jobs: int, b
     elapsed = time.perf_counter() - t0
     if errors:
         raise errors[0]
-    fallbacks = sum((s.used[pol.fallback] if pol.fallback else 0) - b
-                    for s, b in zip(stores, before, strict=True))
-    contended = sum((s.used[pol.contended] if pol.contended else 0) - b
-                    for s, b in zip(stores, before_c, strict=True))
+    fallbacks = sum(s.used["wait"] - b for s, b in zip(stores, before, strict=True))
     return Round(policy, state["claimed"], elapsed, state["claims"], state["empty"], fallbacks,
-                 [x for li in lats for x in li], contended)
+                 [x for li in lats for x in li])
 
 
 @contextmanager
@@ -246,7 +239,6 @@ def summarise(rounds: list[Round]) -> dict[str, dict[str, float]]:
             "claims": claims,
             "empty_ratio": sum(r.empty for r in rs) / claims if claims else 0.0,
             "fallback_ratio": sum(r.fallbacks for r in rs) / claims if claims else 0.0,
-            "contended_ratio": sum(r.contended for r in rs) / claims if claims else 0.0,
             "p50_ms": pct(lats, 0.50),
             "p99_ms": pct(lats, 0.99),
         }
@@ -318,8 +310,7 @@ def bench_size(dsn: str, tenants: int, policies: Sequence[str], args: argparse.N
                         for k in ("calls", "plans", "plan_ms", "exec_ms"):
                             tot[k] += d[k]
                 print(f"  {plan_mode} tenants={tenants} rep={rep} {policy}: {r.rate:.0f} jobs/s "
-                      f"claims={r.claims} empty={r.empty} fallbacks={r.fallbacks} "
-                      f"contended={r.contended}", file=sys.stderr)
+                      f"claims={r.claims} empty={r.empty} waits={r.fallbacks}", file=sys.stderr)
         plans = prepared_plans(stores)
     for per in pgss_by_policy.values():
         for d in per.values():
@@ -345,16 +336,15 @@ def fmt(x: float, nd: int = 2) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = ["| tenants | policy | jobs/s (median) | x fifo | empty claims | fallback runs / claim "
-             "| contended claims | p50 ms | p99 ms | plans (generic/custom) |",
+    lines = ["| tenants | policy | jobs/s (median) | x fifo | empty claims | second statements "
+             "/ claim | p50 ms | p99 ms | plans (generic/custom) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for size in result["main"]:
         for policy, d in size["policies"].items():
             stmt = "claim_fifo" if policy == "fifo" else "claim_fair"
             pc = size["plan_cache"].get(stmt, {})
             lines.append(f"| {size['tenants']:,} | {policy} | {d['jobs_per_s']:.0f} | {fmt(d['ratio'])} | "
-                         f"{d['empty_ratio']:.1%} | {fmt(d['fallback_ratio'])} | "
-                         f"{d.get('contended_ratio', 0.0):.0%} | {fmt(d['p50_ms'])} | "
+                         f"{d['empty_ratio']:.1%} | {fmt(d['fallback_ratio'])} | {fmt(d['p50_ms'])} | "
                          f"{fmt(d['p99_ms'])} | {pc.get('generic', 0)}/{pc.get('custom', 0)} |")
     lines += ["", "Forced plan modes (same run):", "",
               "| tenants | plan mode | policy | jobs/s | x fifo (same mode) | p50 ms | p99 ms |",
