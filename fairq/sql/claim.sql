@@ -147,33 +147,44 @@ ranked AS MATERIALIZED (
            row_number() OVER (PARTITION BY p.tenant ORDER BY p.priority DESC, p.run_at, p.id) AS rk
     FROM picked p
 ),
--- The picked jobs' tenants, locked in tenant order; room is read from the current rows.
+-- The picked jobs' tenants, locked in tenant order, each by its key; room is read from the
+-- current rows (a lock that waited returns the row as it is now).
 locked AS MATERIALIZED (
-    SELECT ts.tenant, ts.max_running - ts.running AS room
-    FROM {schema}.tenant_schedule ts
-    WHERE ts.queue = %(queue)s
-      AND ts.tenant = ANY ((SELECT array_agg(DISTINCT p.tenant) FROM picked p)::text[])
-    ORDER BY ts.tenant
-    FOR NO KEY UPDATE OF ts
+    SELECT x.ctid, x.tenant, x.room
+    FROM (SELECT DISTINCT p.tenant FROM picked p ORDER BY p.tenant) p
+    CROSS JOIN LATERAL (
+        SELECT ts.ctid, ts.tenant, ts.max_running - ts.running AS room
+        FROM {schema}.tenant_schedule ts
+        WHERE ts.queue = %(queue)s AND ts.tenant = p.tenant
+        FOR NO KEY UPDATE OF ts) x
 ),
 granted AS MATERIALIZED (
     SELECT r.id, r.tenant FROM ranked r
     JOIN locked l ON l.tenant = r.tenant
     WHERE r.rk <= l.room
 ),
-per_tenant AS MATERIALIZED (SELECT g.tenant, count(*) AS n FROM granted g GROUP BY g.tenant),
-upd_tenants AS (
-    UPDATE {schema}.tenant_schedule ts
-    SET running = ts.running + pt.n, claimed_total = ts.claimed_total + pt.n,
-        last_served_at = now()
-    FROM per_tenant pt
-    WHERE ts.queue = %(queue)s AND ts.tenant = pt.tenant
-      AND ts.tenant = ANY ((SELECT array_agg(p.tenant) FROM per_tenant p)::text[])
-    RETURNING ts.tenant
+claimed AS (
+    UPDATE {schema}.jobs j
+    SET status = 'running', attempts = j.attempts + 1, started_at = now(),
+        locked_until = now() + make_interval(secs => j.lease_seconds), locked_by = %(worker)s
+    WHERE j.id = ANY ((SELECT array_agg(g.id) FROM granted g)::bigint[])
+    RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
+              j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until
+),
+-- The running counts, written by claim_settle (a locked row may be newer than this
+-- statement's snapshot; see claim_fair). fifo retires no tenant.
+served AS MATERIALIZED (
+    SELECT l.ctid, l.tenant, count(*)::int AS n FROM granted g JOIN locked l USING (tenant)
+    GROUP BY l.ctid, l.tenant
+),
+settled AS MATERIALIZED (
+    SELECT {schema}.claim_settle(
+        %(queue)s, false, NULL, NULL, NULL, array(SELECT sv.ctid FROM served sv),
+        array(SELECT sv.tenant FROM served sv), array(SELECT sv.n FROM served sv),
+        array(SELECT 0.0::float8 FROM served sv), '{{}}', '{{}}', '{{}}') AS n
+    WHERE (SELECT count(*) FROM claimed) >= 0
 )
-UPDATE {schema}.jobs j
-SET status = 'running', attempts = j.attempts + 1, started_at = now(),
-    locked_until = now() + make_interval(secs => j.lease_seconds), locked_by = %(worker)s
-WHERE j.id = ANY ((SELECT array_agg(g.id) FROM granted g)::bigint[])
-RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
-          j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until;
+SELECT c.id, c.queue, c.tenant, c.task, c.payload, c.attempts, c.max_attempts,
+       c.lease_seconds, c.priority, c.cost, c.run_at, c.started_at, c.locked_until
+FROM claimed c
+WHERE (SELECT st.n FROM settled st) IS NOT NULL;

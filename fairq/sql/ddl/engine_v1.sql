@@ -72,6 +72,7 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     t text;
     i int := 0;
+    r record;
 BEGIN
     FOR t IN
         SELECT ts.tenant FROM {schema}.tenant_schedule ts
@@ -83,18 +84,25 @@ BEGIN
         LIMIT n
     LOOP
         i := i + 1;
+        -- Locked by the key alone (a condition on active or running, even outside the locking
+        -- query, was planned into it, reading the runnable index), then checked on the row the
+        -- lock returns: after a wait, the row as it is now.
         IF i = 1 THEN
-            RETURN QUERY
-                SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running
-                FROM {schema}.tenant_schedule ts
-                WHERE ts.queue = q AND ts.tenant = t AND ts.active AND ts.running < ts.max_running
-                FOR NO KEY UPDATE OF ts;
+            SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, ts.max_running, ts.running, ts.active
+            INTO r FROM {schema}.tenant_schedule ts WHERE ts.queue = q AND ts.tenant = t
+            FOR NO KEY UPDATE OF ts;
         ELSE
-            RETURN QUERY
-                SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running
-                FROM {schema}.tenant_schedule ts
-                WHERE ts.queue = q AND ts.tenant = t AND ts.active AND ts.running < ts.max_running
-                FOR NO KEY UPDATE OF ts SKIP LOCKED;
+            SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, ts.max_running, ts.running, ts.active
+            INTO r FROM {schema}.tenant_schedule ts WHERE ts.queue = q AND ts.tenant = t
+            FOR NO KEY UPDATE OF ts SKIP LOCKED;
+        END IF;
+        IF FOUND AND r.active AND r.running < r.max_running THEN
+            row_ := r.ctid;
+            tenant := r.tenant;
+            vtime := r.vtime;
+            weight := r.weight;
+            room := r.max_running - r.running;
+            RETURN NEXT;
         END IF;
     END LOOP;
 END
@@ -131,15 +139,20 @@ BEGIN
     IF cardinality(w_rows) > 0 THEN
         v := {schema}.queue_vtime(q);  -- before any sleeper is active
     END IF;
+    -- Served tenants (a sleeper among them wakes at V here); then the sleepers not served,
+    -- whose rows are unchanged. Only by ctid: a condition on `active` would let the planner
+    -- read the idle tenants' index for it.
     UPDATE {schema}.tenant_schedule ts
     SET running = ts.running + x.n, claimed_total = ts.claimed_total + x.n,
-        vtime = CASE WHEN ts.active THEN ts.vtime ELSE v END + x.inc,
-        active = true, wake_at = NULL, last_served_at = now()
+        vtime = CASE WHEN x.row_ = ANY (w_rows) THEN v ELSE ts.vtime END + x.inc,
+        active = ts.active OR x.row_ = ANY (w_rows),
+        wake_at = CASE WHEN x.row_ = ANY (w_rows) THEN NULL ELSE ts.wake_at END,
+        last_served_at = now()
     FROM unnest(s_rows, s_n, s_inc) AS x(row_, n, inc)
     WHERE ts.ctid = x.row_;
     UPDATE {schema}.tenant_schedule ts
     SET active = true, wake_at = NULL, vtime = v
-    WHERE ts.ctid = ANY (w_rows) AND NOT ts.active;
+    WHERE ts.ctid = ANY (array(SELECT r FROM unnest(w_rows) r WHERE r <> ALL (s_rows)));
 
     -- Suspects: served and looking empty, sleepers it did not serve, and the runnable tenants
     -- its walk went past (held by other claims, or with nothing due).
