@@ -56,11 +56,6 @@ PLAN_CACHE_MODE = "force_generic_plan"
 # index scan gives the order and stops with the walk.
 PLANNER_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
                     "enable_bitmapscan": "off", "jit": "off"}
-# The one allocation that raises glibc's thresholds in a new server process (warm_allocator in
-# session.sql): the trim threshold becomes twice this, well above the ~2 MB a waiting fair claim
-# frees. Kept small because the server writes every byte once: 4 MiB took 25 ms per new
-# connection here, 16 MiB 100 ms (glibc's ceiling is 32 MiB).
-ALLOCATOR_WARMUP_BYTES = 4 * 1024 * 1024
 # Virtual time is rebased once a queue's lowest active vtime passes 2^20: below 2^21 a float8's
 # resolution is 2^-32, so even the smallest increment (1 / 1000, a weight of 1000) is kept to
 # within 2e-7 of its value, however many claims a queue has served.
@@ -162,10 +157,8 @@ class Store:
             self.pool.open(wait=False)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        # Behind a pooler both land on whichever server connection serves them: the label is
-        # cosmetic there, and the warm-up reaches one more server process each time.
+        # Behind a pooler this lands on whichever server connection serves it: cosmetic there.
         conn.execute(self.q("label_session"), {"name": self.application_name})
-        conn.execute(self.q("warm_allocator"), {"bytes": ALLOCATOR_WARMUP_BYTES})
 
     def close(self) -> None:
         self.pool.close()
