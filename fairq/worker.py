@@ -571,7 +571,10 @@ class Worker:
         with self._lock:
             if claimed or not poll or self._inflight or self._completions or self._finishing:
                 return False
-        if store.reap_expired().total:
+        reaped = store.reap_expired()
+        for queue in sorted(set(reaped.requeued) | set(reaped.failed)):
+            self.observer.on_reap(queue, reaped.requeued.get(queue, 0) + reaped.failed.get(queue, 0))
+        if reaped.total:
             return False
         if self._claim_round(store, True):
             return False
