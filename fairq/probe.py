@@ -125,12 +125,8 @@ class ClaimProbe:
         """
         owners: dict[str, str] = {}
         for p in self.policies:
-            # A policy may run a second statement when the first comes back short, and start
-            # with a third under contention.
-            for statement in (p.statement, getattr(p, "fallback", None),
-                              getattr(p, "contended", None)):
-                if statement and statement in sql.names():
-                    owners.setdefault(statement, p.name)
+            if p.statement in sql.names():
+                owners.setdefault(p.statement, p.name)
         return owners
 
     # -- connection and source ----------------------------------------------------------------

@@ -28,11 +28,3 @@ class Policy:
         # The fair walk's virtual-time window: one batch ahead of the first runnable tenant.
         values.update(queue=queue, batch=batch, worker=worker, window=float(batch), wait=False)
         return values
-
-    def increment(self, *, cost: float, weight: float) -> float:
-        """Virtual time one job advances its tenant by (0 for policies without virtual time)."""
-        p = dict(self.params)
-        if "by_cost" not in p:
-            return 0.0
-        unit = cost if p["by_cost"] else 1.0
-        return unit / weight if p["by_weight"] else unit
