@@ -60,18 +60,19 @@ BEGIN
 END
 $$;
 
--- The tenants a claim's second statement (`wait`) serves: its first found every tenant with a
--- due job held by other claims or finishes. The first `n` runnable tenants with a due job, in
+-- The tenant a claim's second statement (`wait`) serves: its first found every tenant with a
+-- due job held by other claims or finishes. The first runnable tenant with a due job, in
 -- (vtime, tenant) order, read with a fresh snapshot (VOLATILE: the claim's own may still show
--- tenants that others emptied since). The first is waited for, while the claim holds no row, so
--- no lock cycle is possible; the others are taken only if free, in case the first was emptied
--- meanwhile. Returns the locked rows as they are now.
+-- tenants that others emptied since), waited for while the claim holds no row, so no lock cycle
+-- is possible. If the holder emptied it meanwhile, its lock is given back (the block's
+-- subtransaction is rolled back) before the next of the first `n` is waited for: even SKIP
+-- LOCKED waits when it follows a row's update chain, so holding one row while locking another
+-- could deadlock with a finish. Returns the locked row as it is now.
 CREATE FUNCTION {schema}.claim_head(q text, n int)
 RETURNS TABLE (row_ tid, tenant text, vtime float8, weight float8, room int)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     t text;
-    i int := 0;
     r record;
 BEGIN
     FOR t IN
@@ -83,27 +84,26 @@ BEGIN
         ORDER BY ts.vtime, ts.tenant
         LIMIT n
     LOOP
-        i := i + 1;
-        -- Locked by the key alone (a condition on active or running, even outside the locking
-        -- query, was planned into it, reading the runnable index), then checked on the row the
-        -- lock returns: after a wait, the row as it is now.
-        IF i = 1 THEN
+        BEGIN
+            -- Locked by the key alone (a condition on active or running, even outside the
+            -- locking query, was planned into it, reading the runnable index), then checked on
+            -- the row the lock returns: after a wait, the row as it is now.
             SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, ts.max_running, ts.running, ts.active
             INTO r FROM {schema}.tenant_schedule ts WHERE ts.queue = q AND ts.tenant = t
             FOR NO KEY UPDATE OF ts;
-        ELSE
-            SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, ts.max_running, ts.running, ts.active
-            INTO r FROM {schema}.tenant_schedule ts WHERE ts.queue = q AND ts.tenant = t
-            FOR NO KEY UPDATE OF ts SKIP LOCKED;
-        END IF;
-        IF FOUND AND r.active AND r.running < r.max_running THEN
-            row_ := r.ctid;
-            tenant := r.tenant;
-            vtime := r.vtime;
-            weight := r.weight;
-            room := r.max_running - r.running;
-            RETURN NEXT;
-        END IF;
+            IF FOUND AND r.active AND r.running < r.max_running THEN
+                row_ := r.ctid;
+                tenant := r.tenant;
+                vtime := r.vtime;
+                weight := r.weight;
+                room := r.max_running - r.running;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = 'FQ001';
+        EXCEPTION WHEN SQLSTATE 'FQ001' THEN
+            NULL;  -- the lock on that row is given back with the subtransaction
+        END;
     END LOOP;
 END
 $$;
