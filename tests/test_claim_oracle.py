@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 import psycopg
 import pytest
 from conftest import SCHEMA, create_database, drop_database, dsn_for_db
+from fairtools import keep_pristine_copy, restore_pristine
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -45,7 +46,6 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from psycopg import sql
 
 from fairq.models import ClaimedJob, NewJob, TenantConfig
 from fairq.policies import get_policy
@@ -437,12 +437,6 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
     return ClaimOracle
 
 
-def fairq_tables(conn: psycopg.Connection[Any]) -> list[str]:
-    return [r[0] for r in conn.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename <> 'alembic_version' "
-        "ORDER BY 1", (SCHEMA,)).fetchall()]
-
-
 @pytest.fixture(scope="module")
 def oracle_db(admin_dsn: str, template_db: str) -> Iterator[str]:
     """One migrated database for the module, with a copy of its tables as migrated (a CREATE and
@@ -450,11 +444,7 @@ def oracle_db(admin_dsn: str, template_db: str) -> Iterator[str]:
     name = create_database(admin_dsn, "fairq_oracle", template=template_db)
     dsn = dsn_for_db(admin_dsn, name)
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE SCHEMA oracle_pristine")
-            for t in fairq_tables(conn):
-                conn.execute(sql.SQL("CREATE TABLE oracle_pristine.{} AS SELECT * FROM {}.{}").format(
-                    sql.Identifier(t), sql.Identifier(SCHEMA), sql.Identifier(t)))
+        keep_pristine_copy(dsn, SCHEMA, "oracle_pristine")
         yield dsn
     finally:
         drop_database(admin_dsn, name)
@@ -478,13 +468,7 @@ def stores(oracle_db: str) -> Iterator[list[Store]]:
 @pytest.fixture
 def fresh_db(oracle_db: str) -> str:
     """The module's database with every fairq table back to its content as migrated."""
-    with psycopg.connect(oracle_db, autocommit=True) as conn, conn.transaction():
-        tables = fairq_tables(conn)
-        conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(
-            sql.Identifier(SCHEMA, t) for t in tables)))
-        for t in tables:
-            conn.execute(sql.SQL("INSERT INTO {} OVERRIDING SYSTEM VALUE SELECT * FROM {}").format(
-                sql.Identifier(SCHEMA, t), sql.Identifier("oracle_pristine", t)))
+    restore_pristine(oracle_db, SCHEMA, "oracle_pristine")
     return oracle_db
 
 

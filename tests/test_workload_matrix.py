@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import SCHEMA, create_database, drop_database, dsn_for_db
-from psycopg import sql
+from fairtools import keep_pristine_copy, restore_pristine
 
 from fairq.models import NewJob, TenantConfig
 from fairq.store import Store
@@ -149,12 +149,6 @@ def leftovers(dsn: str) -> str:
     return "; ".join(parts) or "nothing"
 
 
-def fairq_tables(conn: psycopg.Connection[Any]) -> list[str]:
-    return [r[0] for r in conn.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename <> 'alembic_version' "
-        "ORDER BY 1", (SCHEMA,)).fetchall()]
-
-
 @pytest.fixture(scope="module")
 def matrix_db(admin_dsn: str, template_db: str) -> Iterator[str]:
     """One migrated database for the module, with a copy of its tables as migrated: a CREATE and
@@ -162,11 +156,7 @@ def matrix_db(admin_dsn: str, template_db: str) -> Iterator[str]:
     name = create_database(admin_dsn, "fairq_matrix", template=template_db)
     dsn = dsn_for_db(admin_dsn, name)
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE SCHEMA matrix_pristine")
-            for t in fairq_tables(conn):
-                conn.execute(sql.SQL("CREATE TABLE matrix_pristine.{} AS SELECT * FROM {}.{}").format(
-                    sql.Identifier(t), sql.Identifier(SCHEMA), sql.Identifier(t)))
+        keep_pristine_copy(dsn, SCHEMA, "matrix_pristine")
         yield dsn
     finally:
         drop_database(admin_dsn, name)
@@ -175,13 +165,7 @@ def matrix_db(admin_dsn: str, template_db: str) -> Iterator[str]:
 @pytest.fixture
 def fresh_dsn(matrix_db: str) -> str:
     """The module's database with every fairq table back to its content as migrated."""
-    with psycopg.connect(matrix_db, autocommit=True) as conn, conn.transaction():
-        tables = fairq_tables(conn)
-        conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(
-            sql.Identifier(SCHEMA, t) for t in tables)))
-        for t in tables:
-            conn.execute(sql.SQL("INSERT INTO {} OVERRIDING SYSTEM VALUE SELECT * FROM {}").format(
-                sql.Identifier(SCHEMA, t), sql.Identifier("matrix_pristine", t)))
+    restore_pristine(matrix_db, SCHEMA, "matrix_pristine")
     return matrix_db
 
 
