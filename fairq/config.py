@@ -7,7 +7,7 @@ import re
 from urllib.parse import urlsplit, urlunsplit
 
 from fairq.errors import InvalidInput
-from fairq.schema import DEFAULT_SCHEMA, validate_schema_name
+from fairq.names import DEFAULT_SCHEMA, validate_schema_name
 
 ENV_URL = "FAIRQ_DATABASE_URL"
 ENV_SCHEMA = "FAIRQ_SCHEMA"

@@ -5,7 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
+
+
+class ClaimPlan(Protocol):
+    """What the store needs of a policy to claim: the statement to run, whether it is run again
+    with ``wait`` when it comes back empty, and its bound parameters. A protocol, so that the store
+    runs policies without importing them (the policies decide; the store only executes)."""
+
+    @property
+    def statement(self) -> str: ...
+
+    @property
+    def waits(self) -> bool: ...
+
+    def claim_params(self, *, queue: str, batch: int, worker: str) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from psycopg import sql as pgsql
 
 from fairq import sql
 from fairq.errors import InvalidInput
-from fairq.schema import validate_schema_name
+from fairq.names import validate_schema_name
 
 KINDS = ("worker", "producer", "monitor")
 _ROLE_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

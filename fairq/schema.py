@@ -6,8 +6,6 @@ independent queues and fairq's Alembic history sits beside the application's own
 
 from __future__ import annotations
 
-import re
-
 from sqlalchemy import (
     DDL,
     BigInteger,
@@ -29,13 +27,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-DEFAULT_SCHEMA = "fairq"
+from fairq.names import DEFAULT_SCHEMA, validate_schema_name
+
 STATUSES = ("queued", "running", "done", "failed", "cancelled")
 FINISHED_STATUSES = ("done", "failed", "cancelled")
-
-# A schema name is an identifier we quote, but we still refuse anything exotic: it appears in
-# NOTIFY channel names, advisory-lock keys and operators' dashboards.
-_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 # Per-table autovacuum settings for the jobs table (R21): a queue table churns, so vacuum it
 # after 1% of its rows died instead of PostgreSQL's default 20%.
@@ -58,18 +53,6 @@ def engine_functions_ddl(schema: str) -> str:
 
     text = resources.files("fairq.sql").joinpath("ddl/engine_v1.sql").read_text(encoding="utf-8")
     return text.replace("{schema}", f'"{validate_schema_name(schema)}"')
-
-
-def validate_schema_name(name: str) -> str:
-    """Return ``name`` if it is a safe lower-case identifier, else raise ``InvalidInput``."""
-    from fairq.errors import InvalidInput
-
-    if not isinstance(name, str) or not _SCHEMA_RE.match(name):
-        raise InvalidInput(
-            f"invalid schema name {name!r}: use 1-63 characters of a-z, 0-9 and _, "
-            "not starting with a digit"
-        )
-    return name
 
 
 def jobs_storage_ddl(schema: str) -> str:

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 import fairq
 from fairq.cli import main
 from fairq.config import redact
-from fairq.schema import validate_schema_name
+from fairq.names import validate_schema_name
 from fairq.tenant_config import load_tenant_file
 from fairq.validation import MAX_NAME, MAX_PAYLOAD_BYTES, MAX_WEIGHT, MIN_WEIGHT
 

@@ -20,7 +20,7 @@ from importlib import resources
 
 from psycopg import sql
 
-from fairq.schema import validate_schema_name
+from fairq.names import validate_schema_name
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 

@@ -27,6 +27,7 @@ from fairq import sql
 from fairq.config import redact
 from fairq.models import (
     ClaimedJob,
+    ClaimPlan,
     FinishedJob,
     JobInfo,
     NewJob,
@@ -34,7 +35,6 @@ from fairq.models import (
     ReapResult,
     TenantConfig,
 )
-from fairq.policies import Policy
 
 log = logging.getLogger("fairq.store")
 
@@ -233,7 +233,7 @@ class Store:
         return list(first or [])
 
     # -- workers ------------------------------------------------------------------------
-    def claim(self, policy: Policy, *, queue: str, batch: int, worker: str) -> list[ClaimedJob]:
+    def claim(self, policy: ClaimPlan, *, queue: str, batch: int, worker: str) -> list[ClaimedJob]:
         """Claim up to ``batch`` jobs of ``queue`` under ``policy``, committed: one statement, or
         two when the first found nothing it could lock (the second waits for a held tenant).
 
