@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import signal
 import subprocess
@@ -50,9 +52,31 @@ def test_python_dash_m_fairq_is_the_same_command() -> None:
     assert proc.stdout.strip() == f"fairq {fairq.__version__}"
 
 
-def test_optional_command_modules_are_listed_and_skipped_when_absent() -> None:
-    assert {"exporter", "demo", "bench"} <= set(COMMANDS)
-    build_parser()  # must not fail whichever of them exist yet
+def _commands() -> list[str]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(sub.choices)
+
+
+def test_every_command_module_registers_a_working_command() -> None:
+    """Each module in COMMANDS imports and adds at least one command (none 'unavailable')."""
+    before: set[str] = set()
+    for module in COMMANDS:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(f"fairq.cli.{module}").register(sub, argparse.ArgumentParser(
+            add_help=False))
+        added = set(sub.choices)
+        assert added, f"fairq.cli.{module} registered no command"
+        assert not added & before, f"fairq.cli.{module} registers a command twice"
+        before |= added
+    assert before == set(_commands())
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: fairq {command}")
+    assert "unavailable" not in out
 
 
 def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

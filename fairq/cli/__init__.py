@@ -2,7 +2,8 @@
 
 Adding a command group is one line: put its module name in ``COMMANDS``. A module listed there
 defines ``register(subparsers, common)``; it adds its parser(s) with ``parents=[common]`` and
-sets ``handler=`` to a function ``(args) -> int``. Modules that are not installed yet are skipped.
+sets ``handler=`` to a function ``(args) -> int``. A command whose module fails to import (an
+optional dependency missing) stays listed and says why when run; the others still work.
 """
 
 from __future__ import annotations
@@ -35,17 +36,6 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
-def _load(name: str) -> object | None:
-    """Import ``fairq.cli.<name>``; None when that module does not exist (not written yet)."""
-    qualified = f"{__name__}.{name}"
-    try:
-        return importlib.import_module(qualified)
-    except ModuleNotFoundError as exc:
-        if exc.name == qualified:
-            return None
-        raise
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The full parser: global options plus every available command group."""
     from fairq import __version__
@@ -64,12 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMANDS:
         try:
-            module = _load(name)
-        except Exception as exc:  # a broken optional command must not take the others down
+            module = importlib.import_module(f"{__name__}.{name}")
+        except Exception as exc:  # a missing optional dependency must not take the others down
             _register_broken(sub, common, name, exc)
             continue
-        if module is not None:
-            module.register(sub, common)  # type: ignore[attr-defined]
+        module.register(sub, common)
     return parser
 
 
