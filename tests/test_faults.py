@@ -129,11 +129,25 @@ def test_terminated_connections_relisten_and_poll_catches_missed_wakeups(tmp_pat
             #    hour, only a NOTIFY can bring the next job in.
             sql(dsn, f"ALTER ROLE {role} LOGIN")
             wait_for(lambda: listener.connected.is_set(), what="the listener to re-listen")
+            # Count the worker's polls (claim rounds over every queue): after the next one, the
+            # one after is an hour away, so the job below can only be found through its NOTIFY.
+            polls = [0]
+            claim_round = w._claim_round
+
+            def counting_round(store: Any, poll: bool) -> int:
+                claimed = claim_round(store, poll)
+                polls[0] += poll  # once the poll's claim is over
+                return claimed
+
+            w._claim_round = counting_round  # type: ignore[method-assign]
             w.poll_interval = 3600.0
-            time.sleep(1.5)  # let the last 1 s poll pass, so the next one is an hour away
+            seen = polls[0]
+            wait_for(lambda: polls[0] > seen, what="the last poll on the 1 s interval")
+            seen = polls[0]
             woken = t.enqueue(tenant="woken")
             assert done.acquire(timeout=30), "no NOTIFY wake-up after the listener came back"
             assert woken in ran
+            assert polls[0] == seen, "the job was found by a poll, not by its NOTIFY"
         finally:
             w.stop()
             th.join(30)

@@ -271,7 +271,9 @@ def test_idle_worker_does_not_query_more_than_poll_interval(app: fairq.App) -> N
     w = app.worker(policy=POLICY, poll_interval=3600, wake_interval=0.05, reap_interval=0.05,
                    stranded_interval=0.05)
     th = start(w)
-    time.sleep(0.3)  # start-up: the first poll and maintenance pass
+    # ready is set at the end of the first loop (its poll and maintenance pass, LISTEN on):
+    # from then on an idle worker waits for a NOTIFY or the poll an hour away.
+    assert w.ready.wait(30)
     store = w.store
     real_tx = store._tx
     count = [0]
@@ -370,7 +372,8 @@ def test_heartbeat_keeps_long_job_alive(app: fairq.App, dsn: str, store: Any) ->
     ran = threading.Event()
     release = threading.Event()
 
-    @app.task(name="long", lease=1)
+    # A 2 s lease renewed every 0.2 s: ten heartbeats of margin on a loaded machine.
+    @app.task(name="long", lease=2)
     def long(job: fairq.Job) -> None:
         ran.set()
         release.wait(30)
@@ -380,7 +383,7 @@ def test_heartbeat_keeps_long_job_alive(app: fairq.App, dsn: str, store: Any) ->
     th = start(w)
     assert ran.wait(30)
     # wait until several leases' worth of time has passed, checking the reaper finds nothing
-    deadline = time.monotonic() + 2.5
+    deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
         assert store.reap_expired().total == 0
         time.sleep(0.2)
