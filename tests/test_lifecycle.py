@@ -284,6 +284,21 @@ def outcome(p: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
         pytest.fail(f"the worker did not exit within {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
 
 
+def wait_for_line(p: subprocess.Popen[str], text: str, timeout: float = 30.0) -> bool:
+    """Read the worker's stderr until a line contains ``text`` (False after ``timeout``)."""
+    found = threading.Event()
+
+    def read() -> None:
+        assert p.stderr is not None
+        for line in p.stderr:
+            if text in line:
+                found.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    return found.wait(timeout)
+
+
 def wait_for(pred: Any, timeout: float = 60.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not pred():
@@ -349,7 +364,9 @@ def test_second_signal_exits_at_once(app: fairq.App, dsn: str, tmp_path: Path) -
     try:
         wait_for(lambda: Path(f"{mark}.started.1").exists(), what="the job to start")
         p.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        # The second signal only means "exit now" once the first one is being handled: wait for
+        # the worker's log line saying so (not a fixed pause, which a loaded machine outlasts).
+        assert wait_for_line(p, "stopping (in-flight jobs get"), "the first signal was not logged"
         assert p.poll() is None  # the first signal waits for the in-flight job
         p.send_signal(signal.SIGTERM)
         outcome(p, 30)

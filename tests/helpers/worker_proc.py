@@ -50,6 +50,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=None)
     a = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # The signal lines ("signal 15: stopping ...") are what the signal tests wait for.
+    logging.getLogger("fairq.worker").setLevel(logging.INFO)
     # a hung worker's threads can be dumped to stderr: kill -USR1 PID (the tests do on timeout)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     app = build_app(a.dsn)
