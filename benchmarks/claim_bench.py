@@ -424,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cluster = None
     admin = args.dsn
     if args.private_cluster:
-        from tests import pgcluster
+        from tests.support import pgcluster
 
         cluster = pgcluster.start(Path(tempfile.mkdtemp(prefix="claim_bench-")), options={
             "shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track_planning": "on",

@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     uprobes = args.uprobes and probes_ready()
     queue = f"q{args.tenants}"
 
-    from tests import pgcluster
+    from tests.support import pgcluster
 
     cluster = pgcluster.start(Path(tempfile.mkdtemp(prefix="claim_cpu-")), options={
         "fsync": "on", "synchronous_commit": "on", "shared_buffers": "128MB"})

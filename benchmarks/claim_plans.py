@@ -1,7 +1,7 @@
 """EXPLAIN tooling for the claim statements: a set-based loader, custom and generic plans of
 the very statement psycopg prepares, and a summary of what each plan touched.
 
-Shared by ``tests/test_claim_plans.py`` (the guard) and ``benchmarks/claim_bench.py``; run it
+Shared by ``tests/integration/test_claim_plans.py`` (the guard) and ``benchmarks/claim_bench.py``; run it
 directly to print the summaries (and, with ``--json``, the raw plans) for one database size:
 
     python benchmarks/claim_plans.py --tenants 100000 --finished 200000 [--dsn URL]

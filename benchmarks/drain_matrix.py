@@ -359,7 +359,7 @@ def run_once(admin: str, shape: str, policy: str, args: argparse.Namespace) -> d
 def _run_once(admin: str, shape: str, policy: str, args: argparse.Namespace,
               logf: Any) -> dict[str, Any]:
     import psycopg
-    from conftest import create_database, drop_database, dsn_for_db
+    from support.db import create_database, drop_database, dsn_for_db
 
     from fairq import migrate
 
@@ -702,7 +702,7 @@ def main() -> int:
         p.error(f"unknown shape/policy {bad} (shapes: {', '.join(SHAPES)}; "
                 f"policies: {', '.join(POLICIES)}), or bad --scale/--repeats")
 
-    sys.path.insert(0, str(REPO / "tests"))  # conftest's create_database / drop_database
+    sys.path.insert(0, str(REPO / "tests"))  # tests/support: create_database / drop_database
     import psycopg
 
     with psycopg.connect(args.dsn, autocommit=True) as c:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import psycopg  # noqa: E402
-from conftest import create_database, drop_database, dsn_for_db  # noqa: E402
+from support.db import create_database, drop_database, dsn_for_db  # noqa: E402
 
 import fairq  # noqa: E402
 from benchmarks.peers import pgqueuer_bench  # noqa: E402
@@ -67,7 +67,7 @@ def fairq_round(admin: str, jobs: int, cfg: dict[str, Any], policy: str = "fifo"
             t0 = time.perf_counter()
             app.enqueue_many("noop", items)
             enqueue_s = time.perf_counter() - t0
-        args = [sys.executable, str(REPO / "tests/helpers/worker_proc.py"), dsn, "--until-empty",
+        args = [sys.executable, str(REPO / "tests/support/worker_proc.py"), dsn, "--until-empty",
                 "--policy", policy, "--concurrency", str(cfg["fairq"]["concurrency"])]
         if cfg["fairq"]["batch"]:
             args += ["--batch", str(cfg["fairq"]["batch"])]

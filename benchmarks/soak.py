@@ -70,7 +70,7 @@ def main() -> int:
     p.add_argument("--sample", type=float, default=15.0)
     p.add_argument("--out")
     p.add_argument("--private", action="store_true",
-                   help="run on a private throwaway cluster (tests/pgcluster.py) with autovacuum "
+                   help="run on a private throwaway cluster (tests/support/pgcluster.py) with autovacuum "
                    "on and default settings, instead of FAIRQ_TEST_DSN's server")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -88,7 +88,7 @@ def main() -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
         import tempfile
 
-        import pgcluster
+        from support import pgcluster
 
         cluster = pgcluster.start(Path(tempfile.mkdtemp(prefix="fq-soak-")),
                                   options={"autovacuum": "on", "max_connections": "100"})

@@ -8,45 +8,16 @@ suite against the embedded PostgreSQL 18 instead.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
+from support.db import SCHEMA, create_database, drop_database, dsn_for_db
 
 from fairq import migrate
 from fairq.store import Store
-
-SCHEMA = "fairq"
-
-
-def dsn_for_db(admin_dsn: str, dbname: str) -> str:
-    """The admin DSN pointed at another database."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    params = conninfo_to_dict(admin_dsn)
-    params["dbname"] = dbname
-    return make_conninfo(**params)  # type: ignore[arg-type]
-
-
-def create_database(admin_dsn: str, prefix: str, template: str | None = None) -> str:
-    name = f"{prefix}_{secrets.token_hex(6)}"
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        if template:
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template)))
-        else:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return name
-
-
-def drop_database(admin_dsn: str, name: str) -> None:
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture(scope="session")

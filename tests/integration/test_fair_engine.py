@@ -1,0 +1,361 @@
+"""The fair engine against the real PostgreSQL: the seven properties of issue 4."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+from support.fairtools import counts, drain_concurrently, fill, running_mismatch, sql_rows
+
+from fairq.models import TenantConfig
+from fairq.policies import get_policy
+from fairq.policies.fairness import jain_index
+from fairq.store import Store
+
+FAIR = ["round_robin", "weighted", "drr"]
+ALL = ["fifo", *FAIR]
+
+
+@pytest.fixture
+def uncapped(store: Store) -> Store:
+    store.set_tenants([], defaults=(1.0, 100_000))
+    return store
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_batch_of_ten_takes_one_from_each_of_ten_backlogged_tenants(uncapped: Store, policy: str) -> None:
+    fill(uncapped, {f"t{i}": 20 for i in range(10)})
+    got = uncapped.claim(get_policy(policy), queue="default", batch=10, worker="w")
+    assert sorted(j.tenant for j in got) == [f"t{i}" for i in range(10)]
+
+
+@pytest.mark.parametrize("policy", ["round_robin", "weighted"])
+def test_noisy_neighbour_eight_workers_every_claim_useful_small_tenants_first(
+        uncapped: Store, policy: str) -> None:
+    fill(uncapped, {"t1": 1000})
+    fill(uncapped, {f"t{i}": 5 for i in range(2, 12)})
+    res = drain_concurrently(uncapped, policy, workers=8, batch=1, total=1050)
+    assert res.errors == []
+    assert len(res.order) == 1050
+    assert res.empty_while_work == 0
+    last_small = max(i for i, t in enumerate(res.order) if t != "t1")
+    assert last_small < 70, f"small tenants' last job at claim {last_small + 1}"
+
+
+def test_noisy_neighbour_under_fifo_waits_behind_the_big_tenant(uncapped: Store) -> None:
+    fill(uncapped, {"t1": 1000})
+    fill(uncapped, {f"t{i}": 5 for i in range(2, 12)})
+    res = drain_concurrently(uncapped, "fifo", workers=8, batch=1, total=1050)
+    assert min(i for i, t in enumerate(res.order) if t != "t1") >= 990
+
+
+@pytest.mark.parametrize("batch", [1, 10])
+def test_weighted_three_to_one_gets_75_percent(uncapped: Store, batch: int) -> None:
+    uncapped.set_tenants([TenantConfig("gold", 3.0, 100_000), TenantConfig("free", 1.0, 100_000)])
+    fill(uncapped, {"gold": 1500, "free": 1500}, interleave=True)
+    res = drain_concurrently(uncapped, "weighted", workers=4, batch=batch, total=3000,
+                             stop_after=1000)
+    share = counts(res.order[:1000])["gold"] / 1000
+    assert 0.70 <= share <= 0.80, share
+
+
+def test_ten_random_weights_reach_jain_099(uncapped: Store) -> None:
+    rng = random.Random(7)
+    weights = {f"t{i}": rng.choice([0.5, 1, 2, 3, 5]) * 1.0 for i in range(10)}
+    uncapped.set_tenants([TenantConfig(t, w, 100_000) for t, w in weights.items()])
+    fill(uncapped, {t: 1000 for t in weights}, interleave=True)
+    res = drain_concurrently(uncapped, "weighted", workers=8, batch=4, total=10_000,
+                             stop_after=2000)
+    served = counts(res.order[:2000])
+    assert jain_index([served.get(t, 0) / w for t, w in weights.items()]) >= 0.99
+
+
+def test_drr_serves_costly_tenant_a_tenth_as_many_jobs(uncapped: Store) -> None:
+    fill(uncapped, {"heavy": 300, "light": 3000}, cost={"heavy": 10.0}, interleave=True)
+    res = drain_concurrently(uncapped, "drr", workers=4, batch=5, total=3300, stop_after=1100)
+    c = counts(res.order[:1100])
+    assert 8.5 <= c["light"] / c["heavy"] <= 11.5, c
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_one_busy_tenant_many_workers_no_empty_claims(uncapped: Store, policy: str) -> None:
+    fill(uncapped, {"busy": 3000})
+    res = drain_concurrently(uncapped, policy, workers=8, batch=5, total=3000)
+    assert res.errors == [] and len(res.order) == 3000
+    assert res.empty_while_work == 0
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_caps_never_exceeded_under_eight_concurrent_claimers(store: Store, dsn: str, policy: str) -> None:
+    caps = {"a": 3, "b": 1, "c": 5, "d": 0}
+    store.set_tenants([TenantConfig(t, 1.0, c) for t, c in caps.items()])
+    fill(store, {t: 60 for t in caps}, interleave=True)
+    seen: dict[str, int] = {}
+    stop = threading.Event()
+
+    def monitor() -> None:
+        while not stop.is_set():
+            for tenant, n in sql_rows(dsn, "SELECT tenant, count(*) FROM fairq.jobs "
+                                           "WHERE status = 'running' GROUP BY 1"):
+                seen[tenant] = max(seen.get(tenant, 0), n)
+
+    pol = get_policy(policy)
+    errors: list[str] = []
+    done = [0]
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        rng = random.Random(n)
+        while True:
+            with lock:
+                if done[0] >= 180:
+                    return
+            try:
+                got = store.claim(pol, queue="default", batch=rng.randint(1, 6), worker=f"w{n}")
+                time.sleep(rng.random() * 0.01)
+                store.finish_done([(j.id, j.attempts) for j in got])
+            except Exception as exc:
+                errors.append(repr(exc))
+                return
+            with lock:
+                done[0] += len(got)
+
+    mon = threading.Thread(target=monitor)
+    mon.start()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    stop.set()
+    mon.join()
+    assert errors == []
+    assert done[0] == 180  # a, b, c drained; d paused
+    assert all(seen.get(t, 0) <= cap for t, cap in caps.items()), seen
+    assert seen.get("a") == 3 and seen.get("c") == 5  # the caps were actually reached
+    paused = "SELECT count(*) FROM fairq.jobs WHERE tenant = 'd' AND status = 'queued'"
+    assert sql_rows(dsn, paused) == [(60,)]
+    assert running_mismatch(dsn) == []
+
+
+def test_paused_tenant_resumes_on_the_next_claim(store: Store) -> None:
+    store.set_tenants([TenantConfig("p", 1.0, 0)])
+    fill(store, {"p": 3})
+    pol = get_policy("weighted")
+    assert store.claim(pol, queue="default", batch=5, worker="w") == []
+    store.set_tenants([TenantConfig("p", 1.0, 2)])
+    assert len(store.claim(pol, queue="default", batch=5, worker="w")) == 2
+
+
+def test_weight_change_takes_effect_on_the_next_claim(uncapped: Store) -> None:
+    fill(uncapped, {"a": 400, "b": 400}, interleave=True)
+    pol = get_policy("weighted")
+    first = counts(j.tenant for _ in range(20)
+                   for j in uncapped.claim(pol, queue="default", batch=5, worker="w"))
+    assert abs(first["a"] - first["b"]) <= 5
+    uncapped.set_tenants([TenantConfig("a", 4.0, 100_000)])
+    after = counts(j.tenant for _ in range(20)
+                   for j in uncapped.claim(pol, queue="default", batch=5, worker="w"))
+    assert 0.72 <= after["a"] / 100 <= 0.88, after
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_idle_tenant_banks_no_credit(uncapped: Store, policy: str) -> None:
+    pol = get_policy(policy)
+    fill(uncapped, {"busy": 2000, "idle": 1})
+    for _ in range(100):      # 'busy' is served alone for a long time; 'idle' goes idle
+        uncapped.claim(pol, queue="default", batch=10, worker="w")
+    fill(uncapped, {"idle": 500})
+    later = counts(j.tenant for _ in range(20)
+                   for j in uncapped.claim(pol, queue="default", batch=5, worker="w"))
+    assert later["idle"] <= 60, later   # a fair half of 100, not 100 claims of catch-up
+
+
+def test_new_tenant_first_job_within_a_round(uncapped: Store) -> None:
+    pol = get_policy("round_robin")
+    fill(uncapped, {f"t{i:02d}": 50 for i in range(40)}, interleave=True)
+    for _ in range(7):
+        uncapped.claim(pol, queue="default", batch=4, worker="w")
+    fill(uncapped, {"newcomer": 3})
+    for _ in range(40 // 4 + 1):       # active tenants / batch claims, plus one
+        if any(j.tenant == "newcomer" for j in uncapped.claim(pol, queue="default", batch=4, worker="w")):
+            break
+    else:
+        pytest.fail("newcomer not served within (active tenants / batch) + 1 claims")
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_delayed_jobs_neither_block_nor_run_early(store: Store, dsn: str, policy: str) -> None:
+    pol = get_policy(policy)
+    from fairq.models import NewJob
+
+    store.enqueue([NewJob("t", "a", "{}", delay=3600)] * 3 + [NewJob("t", "a", "{}")])
+    got = store.claim(pol, queue="default", batch=10, worker="w")
+    assert len(got) == 1
+    assert store.claim(pol, queue="default", batch=10, worker="w") == []
+    # Make them due, as time would: the maintenance wake-up makes the tenant runnable again.
+    sql_rows(dsn, "UPDATE fairq.jobs SET run_at = now() - interval '1 s' WHERE status = 'queued';"
+                  "UPDATE fairq.tenant_schedule SET wake_at = now() - interval '1 s' WHERE NOT active")
+    store.wake_due_tenants()
+    assert len(store.claim(pol, queue="default", batch=10, worker="w")) == 3
+
+
+def test_running_counts_follow_every_way_out(store: Store, dsn: str) -> None:
+    fill(store, {"a": 6, "b": 6})
+    pol = get_policy("weighted")
+    got = store.claim(pol, queue="default", batch=12, worker="w")
+    assert len(got) == 12
+    store.finish_done([(got[0].id, got[0].attempts)])
+    store.finish_failed([(got[1].id, got[1].attempts, "boom", None)])
+    sql_rows(dsn, "UPDATE fairq.jobs SET locked_until = now() - interval '1 s' WHERE id = %s",
+             (got[2].id,))
+    store.reap_expired()
+    assert running_mismatch(dsn) == []
+    # a stale finish (wrong attempts) changes nothing
+    assert store.finish_done([(got[3].id, got[3].attempts + 1)]) == []
+    assert running_mismatch(dsn) == []
+    store.finish_done([(j.id, j.attempts) for j in got[3:]])
+    assert running_mismatch(dsn) == [] and sql_rows(
+        dsn, "SELECT sum(running) FROM fairq.tenant_schedule") == [(0,)]
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_idle_queue_restarts_fresh_old_and_new_tenants_share_equally(uncapped: Store, policy: str) -> None:
+    pol = get_policy(policy)
+    fill(uncapped, {"veteran": 500})
+    while uncapped.claim(pol, queue="default", batch=10, worker="w"):
+        pass                                   # veteran served 500 times; queue now idle
+    fill(uncapped, {"veteran": 300, "newcomer": 300}, interleave=True)
+    first = counts(j.tenant for _ in range(20)
+                   for j in uncapped.claim(pol, queue="default", batch=5, worker="w"))
+    assert 40 <= first["newcomer"] <= 60, first  # not 100 claims of catch-up either way
+
+
+def test_all_capped_queue_newcomer_does_not_jump_ahead_forever(store: Store, dsn: str) -> None:
+    store.set_tenants([TenantConfig("capped", 1.0, 2)], defaults=(1.0, 1000))
+    pol = get_policy("weighted")
+    fill(store, {"capped": 200})
+    held = store.claim(pol, queue="default", batch=2, worker="w")   # capped is now at its cap
+    (vt,), = sql_rows(dsn, "SELECT vtime FROM fairq.tenant_schedule WHERE tenant = 'capped'")
+    fill(store, {"newcomer": 50})
+    (vn,), = sql_rows(dsn, "SELECT vtime FROM fairq.tenant_schedule WHERE tenant = 'newcomer'")
+    assert vn == vt                              # starts at the active tenants' virtual time
+    store.finish_done([(j.id, j.attempts) for j in held])
+
+
+def _wait_until_blocked(dsn: str, pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while not sql_rows(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s "
+                            "AND wait_event_type = 'Lock'", (pid,)):
+        assert time.monotonic() < deadline, "the claimer never waited for the held rows"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_claim_that_waited_for_held_tenant_rows_claims_with_exact_counts(
+        uncapped: Store, dsn: str, policy: str) -> None:
+    """Claimer A holds ten tenants' schedule rows (its claim is not committed yet); claimer B
+    finds every tenant held and waits (the fair claim's second statement for the first tenant
+    with a due job; fifo for the picked jobs' tenants) and, once A commits, claims: never empty
+    while work is due, and every tenant's running count stays exact.
+
+    The rows B locks after its wait are newer than its snapshot (EvalPlanQual): the fair claim
+    writes them in claim_settle, whose snapshot sees them (writing them from the claim's own
+    statement lost the update and let running counts go negative)."""
+    import psycopg
+
+    from fairq import sql
+    from fairq.store.pg import planner_options
+
+    # Equal weights: A's claim of ten takes one job from each tenant, so it holds them all.
+    fill(uncapped, {f"t{i}": 30 for i in range(10)}, interleave=True)
+    text = sql.statement(get_policy(policy).statement, "fairq")
+    params = get_policy(policy).claim_params(queue="default", batch=10, worker="w")
+    a_params = dict(params)
+    # B runs the statement the store runs after an empty claim: the fair one with `wait`.
+    params["wait"] = get_policy(policy).waits
+    with psycopg.connect(dsn, options=planner_options()) as a, \
+            psycopg.connect(dsn, autocommit=True, options=planner_options()) as b:
+        held = a.execute(text, a_params).fetchall()
+        assert len(held) == 10
+        pid = b.info.backend_pid
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.extend(b.execute(text, params).fetchall()))
+        t.start()
+        _wait_until_blocked(dsn, pid)
+        a.commit()
+        t.join(timeout=30)
+    assert 1 <= len(got) <= 10, got
+    assert not {r[0] for r in got} & {r[0] for r in held}
+    assert running_mismatch(dsn) == []
+
+
+@pytest.mark.parametrize("room_left", [100, 5])
+def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
+        store: Store, dsn: str, room_left: int) -> None:
+    """One busy tenant whose row another session holds (a claim or a finish of another worker):
+    the fair claim's second statement waits for the row instead of coming back empty, then
+    grants what fits under the cap as it is after the wait.
+
+    room_left 100: the holder commits without changing the row; B gets its 10 jobs.
+    room_left 5: the holder leaves the tenant 5 free slots; B gets exactly 5."""
+    import psycopg
+
+    from fairq import sql
+    from fairq.store.pg import planner_options
+
+    store.set_tenants([TenantConfig("t", 2.0, 100)])
+    fill(store, {"t": 30})
+    params = get_policy("weighted").claim_params(queue="default", batch=10, worker="b")
+    params["wait"] = True  # the store's second statement, after the first found the row held
+    text = sql.statement("claim_fair", "fairq")
+    before = sql_rows(dsn, "SELECT running, vtime FROM fairq.tenant_schedule WHERE tenant = 't'")[0]
+    a = psycopg.connect(dsn, options=planner_options())
+    b = psycopg.connect(dsn, autocommit=True, options=planner_options())
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.extend(b.execute(text, params).fetchall()))
+    try:
+        a.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 't' FOR NO KEY UPDATE")
+        t.start()
+        _wait_until_blocked(dsn, b.info.backend_pid)
+        if room_left < 100:
+            a.execute("UPDATE fairq.tenant_schedule SET max_running = running + %s "
+                      "WHERE tenant = 't'", (room_left,))
+        a.commit()
+    finally:
+        a.close()  # releases the row even when an assertion failed, so B can finish
+        if t.ident is not None:
+            t.join(timeout=30)
+        b.close()
+    running, vtime = sql_rows(dsn, "SELECT running, vtime FROM fairq.tenant_schedule "
+                                   "WHERE tenant = 't'")[0]
+    want = min(10, room_left)
+    assert len(got) == want
+    assert (running, vtime) == (before[0] + want, before[1] + want / 2.0)
+    assert running_mismatch(dsn) == []
+
+
+def test_rebase_keeps_virtual_time_small_and_its_order(uncapped: Store, dsn: str) -> None:
+    """Virtual time grows for as long as a queue has work. Far from zero a float8 absorbs small
+    increments (at 2^53, adding 1/1000 changes nothing, and the tenant would stay first for
+    ever); the maintenance rebase subtracts the queue's integer part, keeping the differences."""
+    uncapped.set_tenants([TenantConfig("heavy", 1000.0, 100_000), TenantConfig("light", 1.0, 100_000)])
+    fill(uncapped, {"heavy": 50, "light": 50}, interleave=True)
+    far = float(2 ** 53)
+    sql_rows(dsn, "UPDATE fairq.tenant_schedule SET vtime = %s + CASE tenant WHEN 'light' "
+                  "THEN 4 ELSE 0 END", (far,))
+    pol = get_policy("weighted")
+    got = uncapped.claim(pol, queue="default", batch=1, worker="w")
+    assert [j.tenant for j in got] == ["heavy"]
+    (stuck,), = sql_rows(dsn, "SELECT vtime FROM fairq.tenant_schedule WHERE tenant = 'heavy'")
+    assert stuck == far  # the 1/1000 was absorbed: the defect the rebase exists for
+    assert uncapped.rebase_vtime() == 2
+    rows = dict(sql_rows(dsn, "SELECT tenant, vtime FROM fairq.tenant_schedule"))
+    assert rows == {"heavy": 0.0, "light": 4.0}
+    got = uncapped.claim(pol, queue="default", batch=1, worker="w")
+    assert [j.tenant for j in got] == ["heavy"]
+    (moved,), = sql_rows(dsn, "SELECT vtime FROM fairq.tenant_schedule WHERE tenant = 'heavy'")
+    assert moved == 1 / 1000
+    assert uncapped.rebase_vtime() == 0  # below the threshold: nothing to do

@@ -1,0 +1,50 @@
+"""Child process for tests/runtime/test_signals.py: signal handling on a real main thread.
+
+Usage: signal_proc.py DSN. Prints one line per step; the parent checks them and the exit code.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+
+import fairq
+from fairq.signals import SignalRelay
+
+
+def main() -> int:
+    app = fairq.App(sys.argv[1], schema="fairq")
+    app.task(name="noop")(lambda job: None)
+
+    # 1. Worker.run() installs its handlers, and takes them and the relay thread away again.
+    worker = app.worker(concurrency=1, policy="fifo", listen=False)
+    worker.run(until_empty=True)
+    relays = [t for t in threading.enumerate() if t.name == "fairq-signals"]
+    print("restored", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
+          "relays-left", len(relays), flush=True)
+
+    # 2. A signal that lands while the main thread holds the locks stop() takes (it was busy
+    # in an Event's clear() or wait()) must neither block nor be lost.
+    worker = app.worker(concurrency=1, policy="fifo", listen=False)
+    with SignalRelay(lambda _: worker.stop(), exit_if=worker._stopping.is_set) as relay:
+        with worker._stopping._cond, worker._wake._cond:  # type: ignore[attr-defined]
+            signal.raise_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 1.0
+            while not relay.received and time.monotonic() < deadline:
+                pass  # the handler runs here, between two bytecodes, under both locks
+            print("handled-under-locks", relay.received, flush=True)
+        print("stopped", worker._stopping.wait(10), flush=True)
+        # 3. The second signal exits at once.
+        try:
+            signal.raise_signal(signal.SIGTERM)
+            time.sleep(1.0)
+        except SystemExit as e:
+            print("second-signal-exit", e.code, relay.exited, flush=True)
+    app.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
