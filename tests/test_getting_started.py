@@ -41,4 +41,4 @@ def test_the_getting_started_example_runs_its_job(dsn: str, tmp_path: Path) -> N
         rows = conn.execute("SELECT id, task, queue, status FROM fairq.jobs").fetchall()
     assert rows == [(1, "myapp.tasks.send_report", "reports", "done")]
     shown = json.loads(outputs[-1])
-    assert shown["status"] == "done"
+    assert (shown["status"], shown["result"]) == ("done", {"report": 7, "sent": True})

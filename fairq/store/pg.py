@@ -255,14 +255,21 @@ class Store:
             cur.execute(self.q(statement), params)
             return cur.fetchall()
 
-    def finish_done(self, done: Sequence[tuple[int, int]]) -> list[FinishedJob]:
-        """Mark (id, attempts) pairs done; returns those that were still ours."""
+    def finish_done(self, done: Sequence[tuple[int, int]],
+                    results: Sequence[str | None] | None = None,
+                    notes: Sequence[str | None] | None = None) -> list[FinishedJob]:
+        """Mark (id, attempts) pairs done; returns those that were still ours. ``results``
+        (JSON texts) and ``notes`` (why a result was not stored), if given, go with ``done``."""
         if not done:
             return []
         with self._tx() as cur:
             cur.execute(
                 self.q("finish_done"),
-                {"ids": [d[0] for d in done], "attempts": [d[1] for d in done]},
+                {"ids": [d[0] for d in done], "attempts": [d[1] for d in done],
+                 # a NULL array, not one of NULLs, when the batch has none (the common case)
+                 "results": list(results) if results and any(r is not None for r in results)
+                 else None,
+                 "notes": list(notes) if notes and any(n is not None for n in notes) else None},
             )
             return [FinishedJob(status="done", **r) for r in cur.fetchall()]
 
