@@ -37,6 +37,7 @@ from fairq.maintenance import (
     DEFAULT_VACUUM_INTERVAL,
     DueWaker,
     MaintenanceSchedule,
+    PeriodicScheduler,
     Pruner,
     Reaper,
     ScheduleVacuum,
@@ -315,6 +316,8 @@ class Worker:
         max_age, prune_interval = self._prune
         if max_age is not None:
             services.append(Pruner(store, max_age, prune_interval))
+        if getattr(self.app, "periodics", None):
+            services.append(PeriodicScheduler(store, self.app.periodics))
         return services
 
     def _on_signal(self, signum: int) -> None:

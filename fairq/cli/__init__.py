@@ -32,6 +32,7 @@ COMMANDS: tuple[str, ...] = (
     "demo",
     "bench",
     "roles",
+    "periodic",
 )
 
 
