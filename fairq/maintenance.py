@@ -183,6 +183,7 @@ class PeriodicScheduler:
     interval: float = DEFAULT_PERIODIC_INTERVAL
     key: str = "periodic"
     elected: bool = False  # see above: MaintenanceSchedule asks no leader for this service
+    observer: WorkerObserver = field(default_factory=NullObserver)  # counts the enqueues
     # (name, tenant) -> (last tick seen, the tick after it): skips the cron maths while not due
     _after: dict[tuple[str, str], tuple[datetime, datetime]] = field(default_factory=dict)
 
@@ -207,6 +208,7 @@ class PeriodicScheduler:
             job_id = self.store.periodic_fire(s.name, s.tenant, s.cron, tick, s.job_for(tick))
             if job_id is not None:
                 fired += 1
+                self.observer.on_enqueue(s.job.queue, s.tenant, 1)
                 log.info("periodic %r for tenant %r: enqueued job %d for the tick of %s",
                          s.name, s.tenant, job_id, tick.isoformat())
         return fired

@@ -317,7 +317,7 @@ class Worker:
         if max_age is not None:
             services.append(Pruner(store, max_age, prune_interval))
         if getattr(self.app, "periodics", None):
-            services.append(PeriodicScheduler(store, self.app.periodics))
+            services.append(PeriodicScheduler(store, self.app.periodics, observer=self.observer))
         return services
 
     def _on_signal(self, signum: int) -> None:

@@ -22,6 +22,7 @@ import pytest
 import fairq
 from fairq.cli import main
 from fairq.maintenance import MaintenanceSchedule, PeriodicScheduler
+from fairq.observe import NullObserver
 from fairq.periodic import latest_tick, next_tick
 from fairq.store import Store
 
@@ -99,7 +100,13 @@ def test_cron_maths_on_whole_ticks() -> None:
 def test_first_sight_waits_for_the_next_tick_and_downtime_enqueues_only_the_latest(
         app: fairq.App, dsn: str) -> None:
     app.periodic("report", cron="0 0 1 1 *", tenant="acme", payload={"year": True})  # yearly
-    service = PeriodicScheduler(app.store, app.periodics)
+    enqueued: list[tuple[str, str, int]] = []
+
+    class Observer(NullObserver):
+        def on_enqueue(self, queue: str, tenant: str, count: int) -> None:
+            enqueued.append((queue, tenant, count))
+
+    service = PeriodicScheduler(app.store, app.periodics, observer=Observer())
     assert service.run_once() == 0  # first sight: recorded, nothing enqueued
     this_year = scalar(dsn, "SELECT date_trunc('year', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'")
     assert scalar(dsn, "SELECT last_tick FROM fairq.periodic") == this_year
@@ -115,6 +122,7 @@ def test_first_sight_waits_for_the_next_tick_and_downtime_enqueues_only_the_late
         state = conn.execute("SELECT last_tick, last_job_id FROM fairq.periodic").fetchone()
     assert [j[1:] for j in jobs] == [("report", "acme", "reports", {"year": True}, this_year)]
     assert state == (this_year, jobs[0][0])
+    assert enqueued == [("reports", "acme", 1)]  # fairq_jobs_enqueued_total counts it
 
 
 def test_many_schedulers_at_once_enqueue_a_tick_once(app: fairq.App, dsn: str) -> None:
