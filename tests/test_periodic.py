@@ -125,6 +125,15 @@ def test_first_sight_waits_for_the_next_tick_and_downtime_enqueues_only_the_late
     assert enqueued == [("reports", "acme", 1)]  # fairq_jobs_enqueued_total counts it
 
 
+def test_a_drain_enqueues_the_due_tick_and_runs_it(app: fairq.App, dsn: str) -> None:
+    app.periodic("report", cron="* * * * *", tenant="acme")
+    PeriodicScheduler(app.store, app.periodics).run_once()  # registered earlier
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE fairq.periodic SET last_tick = last_tick - interval '1 hour'")
+    app.worker(policy="fifo", listen=False).run(until_empty=True)
+    assert scalar(dsn, "SELECT array_agg(status) FROM fairq.jobs") == ["done"]
+
+
 def test_many_schedulers_at_once_enqueue_a_tick_once(app: fairq.App, dsn: str) -> None:
     app.periodic("report", cron="* * * * *", tenant="acme")
     stores = [Store(dsn, "fairq", max_size=1) for _ in range(8)]
