@@ -184,13 +184,26 @@ class PeriodicScheduler:
     key: str = "periodic"
     elected: bool = False  # see above: MaintenanceSchedule asks no leader for this service
     observer: WorkerObserver = field(default_factory=NullObserver)  # counts the enqueues
+    disabled: bool = False
     # (name, tenant) -> (last tick seen, the tick after it): skips the cron maths while not due
     _after: dict[tuple[str, str], tuple[datetime, datetime]] = field(default_factory=dict)
 
     def run_once(self) -> int:
-        schedules = list(self.schedules.values())
-        if not schedules:
+        """One pass. A role that may not enqueue (the least-privilege worker without the
+        producer's grants, docs/roles.md) logs once and stops trying; the worker goes on."""
+        if self.disabled or not self.schedules:
             return 0
+        try:
+            return self._run()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            self.disabled = True
+            log.warning("periodic schedules disabled in this worker: its role may not enqueue "
+                        "(%s); grant it the producer's grants and the periodic table's (docs/"
+                        "roles.md)", str(exc).strip().splitlines()[0])
+            return 0
+
+    def _run(self) -> int:
+        schedules = list(self.schedules.values())
         now, last = self.store.periodic_state([s.key for s in schedules])
         fired = 0
         for s in schedules:
