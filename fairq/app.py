@@ -19,6 +19,7 @@ from fairq.observe import NullObserver, WorkerObserver
 from fairq.store import Store
 
 if TYPE_CHECKING:
+    from fairq.periodic import Periodic
     from fairq.worker import Worker
 
 Handler = Callable[..., Any]
@@ -116,6 +117,7 @@ class App:
         self._store: Store | None = None
         self.tasks: dict[str, Task] = {}
         self.tenants = Tenants(self)
+        self.periodics: dict[tuple[str, str], Periodic] = {}  # by (name, tenant)
 
     # -- connection ----------------------------------------------------------------------
     @functools.cached_property
@@ -174,6 +176,40 @@ class App:
             return t
 
         return register(fn) if fn is not None else register
+
+    def periodic(
+        self,
+        task: Task | str | None = None,
+        *,
+        cron: str,
+        tenant: str,
+        payload: Any = None,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> Any:
+        """Enqueue ``task`` for ``tenant`` at each tick of ``cron`` (UTC; 5 fields, or 6 with
+        seconds first): ``@app.periodic(cron=..., tenant=...)`` above ``@app.task``, or
+        ``app.periodic(task, cron=..., tenant=...)``. One schedule per (name, tenant); ``name``
+        defaults to the task's. Workers enqueue each tick once (docs/getting-started.md)."""
+        from fairq import periodic as p
+
+        def declare(t: Task | str) -> Task | str:
+            if not isinstance(t, Task | str):
+                raise InvalidInput("@app.periodic goes above @app.task (it takes a registered task)")
+            task_name = t.name if isinstance(t, Task) else t
+            if task_name not in self.tasks:
+                raise InvalidInput(f"periodic: task {task_name!r} is not registered with this app")
+            key = p.check_key(name or task_name, tenant)
+            if key in self.periodics:
+                raise InvalidInput(f"periodic: a schedule named {key[0]!r} for tenant {key[1]!r} "
+                                   "is already declared (give one of them another name=)")
+            job = self._new_job(task_name, tenant, payload, run_at=None, delay=None,
+                                priority=priority, cost=None, queue=queue)
+            self.periodics[key] = p.Periodic(key[0], key[1], task_name, p.cron(cron), job)
+            return t
+
+        return declare(task) if task is not None else declare
 
     # -- producers -----------------------------------------------------------------------
     def _new_job(self, task: str, tenant: str, payload: Any, *, run_at: datetime | None,

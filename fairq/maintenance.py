@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 import psycopg
 
 from fairq.observe import NullObserver, WorkerObserver
+from fairq.periodic import Periodic, latest_tick, next_tick
 from fairq.store import Store
 
 log = logging.getLogger("fairq.maintenance")
@@ -26,6 +28,9 @@ log = logging.getLogger("fairq.maintenance")
 DEFAULT_VACUUM_INTERVAL = 1.0
 DEFAULT_VACUUM_MIN_DEAD = 1000
 DEFAULT_VACUUM_MAX_AGE = 10.0
+# PeriodicScheduler: how often each worker looks for due ticks (an idle worker looks only on
+# its polls, so a tick may wait up to its poll interval).
+DEFAULT_PERIODIC_INTERVAL = 1.0
 
 
 class Service(Protocol):
@@ -160,6 +165,68 @@ class ScheduleVacuum:
         return 0
 
 
+@dataclass
+class PeriodicScheduler:
+    """Enqueues the due ticks of the app's periodic schedules (``App.periodic``).
+
+    Every worker checks its own app's schedules each ``interval`` (one read: the database clock
+    and the schedules' last ticks), not one elected worker: workers of different apps sharing a
+    schema each declare their own. That a tick is enqueued once is the database's doing: the
+    conditional update of ``periodic_fire`` lets one worker claim it, whatever their number.
+
+    After downtime only the latest missed tick is enqueued: a job is for "the run due now", not
+    a backlog. A schedule seen for the first time starts at its next tick.
+    """
+
+    store: Store
+    schedules: Mapping[tuple[str, str], Periodic]
+    interval: float = DEFAULT_PERIODIC_INTERVAL
+    key: str = "periodic"
+    elected: bool = False  # see above: MaintenanceSchedule asks no leader for this service
+    observer: WorkerObserver = field(default_factory=NullObserver)  # counts the enqueues
+    disabled: bool = False
+    # (name, tenant) -> (last tick seen, the tick after it): skips the cron maths while not due
+    _after: dict[tuple[str, str], tuple[datetime, datetime]] = field(default_factory=dict)
+
+    def run_once(self) -> int:
+        """One pass. A role that may not enqueue (the least-privilege worker without the
+        producer's grants, docs/roles.md) logs once and stops trying; the worker goes on."""
+        if self.disabled or not self.schedules:
+            return 0
+        try:
+            return self._run()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            self.disabled = True
+            log.warning("periodic schedules disabled in this worker: its role may not enqueue "
+                        "(%s); grant it the producer's grants and the periodic table's (docs/"
+                        "roles.md)", str(exc).strip().splitlines()[0])
+            return 0
+
+    def _run(self) -> int:
+        schedules = list(self.schedules.values())
+        now, last = self.store.periodic_state([s.key for s in schedules])
+        fired = 0
+        for s in schedules:
+            prev = last.get(s.key)
+            if prev is None:
+                self.store.periodic_register(s.name, s.tenant, s.task, s.cron,
+                                             latest_tick(s.cron, now))
+                continue
+            seen = self._after.get(s.key)
+            if seen is None or seen[0] != prev:
+                seen = self._after[s.key] = (prev, next_tick(s.cron, prev))
+            if seen[1] > now:
+                continue
+            tick = latest_tick(s.cron, now)  # missed ticks before it are skipped
+            job_id = self.store.periodic_fire(s.name, s.tenant, s.cron, tick, s.job_for(tick))
+            if job_id is not None:
+                fired += 1
+                self.observer.on_enqueue(s.job.queue, s.tenant, 1)
+                log.info("periodic %r for tenant %r: enqueued job %d for the tick of %s",
+                         s.name, s.tenant, job_id, tick.isoformat())
+        return fired
+
+
 class MaintenanceSchedule:
     """When each service runs: at start-up, then each interval, by one worker per interval."""
 
@@ -187,7 +254,8 @@ class MaintenanceSchedule:
                 continue
             self._next[s.key] = now + s.interval
             # A little under the interval: our timer and the database clock need not agree.
-            if leader_check and not self.store.maintenance_due(s.key, s.interval * 0.9):
+            if (leader_check and getattr(s, "elected", True)
+                    and not self.store.maintenance_due(s.key, s.interval * 0.9)):
                 continue
             changed += s.run_once()
         return changed

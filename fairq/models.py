@@ -138,6 +138,8 @@ class JobInfo:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    # A done job's return value, decoded (None: no result; why not is in last_error).
+    result: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,8 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         # When the job was last claimed; wait time = started_at - run_at on the database clock.
         Column("started_at", DateTime(timezone=True)),
         Column("finished_at", DateTime(timezone=True)),
+        # A done job's return value (fairq.results): NULL when it returned None or too much.
+        Column("result", JSONB),
         PrimaryKeyConstraint("id", name="jobs_pkey"),
         CheckConstraint(
             "status IN ('queued', 'running', 'done', 'failed', 'cancelled')",
@@ -194,6 +196,20 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         # Idle tenants by wake-up time: the maintenance (all queues) and each claim (its queue).
         Index("tenant_schedule_wake_idx", "wake_at", postgresql_where=text("NOT active")),
         Index("tenant_schedule_due_idx", "queue", "wake_at", postgresql_where=text("NOT active")),
+    )
+    # Periodic schedules declared in code (App.periodic): the last tick enqueued per (name,
+    # tenant). A tick is claimed by a conditional UPDATE in the transaction that enqueues it.
+    Table(
+        "periodic",
+        md,
+        Column("name", Text, nullable=False),
+        Column("tenant", Text, nullable=False),
+        Column("task", Text, nullable=False),
+        Column("cron", Text, nullable=False),
+        Column("last_tick", DateTime(timezone=True), nullable=False),
+        Column("last_job_id", BigInteger),
+        Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("name", "tenant", name="periodic_pkey"),
     )
     # The engine's functions (migration 0003); create_all gets them through this hook.
     event.listen(md, "after_create", DDL(engine_functions_ddl(schema)))  # type: ignore[no-untyped-call]

@@ -37,6 +37,7 @@ from fairq.maintenance import (
     DEFAULT_VACUUM_INTERVAL,
     DueWaker,
     MaintenanceSchedule,
+    PeriodicScheduler,
     Pruner,
     Reaper,
     ScheduleVacuum,
@@ -47,6 +48,7 @@ from fairq.maintenance import (
 from fairq.models import ClaimedJob
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.policies import get_policy
+from fairq.results import encode_result
 from fairq.signals import SignalRelay
 from fairq.store import Store
 from fairq.store.pg import channel_for
@@ -95,6 +97,8 @@ class _Completion:
     error: str | None
     run_seconds: float
     retry_delay: float | None = None
+    result: str | None = None  # the handler's return value as JSON (fairq.results)
+    note: str | None = None    # why it was not stored
 
 
 @dataclass
@@ -312,6 +316,8 @@ class Worker:
         max_age, prune_interval = self._prune
         if max_age is not None:
             services.append(Pruner(store, max_age, prune_interval))
+        if getattr(self.app, "periodics", None):
+            services.append(PeriodicScheduler(store, self.app.periodics, observer=self.observer))
         return services
 
     def _on_signal(self, signum: int) -> None:
@@ -391,28 +397,31 @@ class Worker:
         task = self.app.tasks[job.task]
         t0 = time.monotonic()
         error: str | None = None
+        value = None
         try:
-            task.fn(job)
+            value = task.fn(job)
         except BaseException as e:  # KeyboardInterrupt/SystemExit in a handler fail the job only
             error = describe_error(e)
-        self._complete(job, error, time.monotonic() - t0)
+        self._complete(job, error, time.monotonic() - t0, result=encode_result(value))
 
     async def _execute_async(self, job: Job) -> None:
         task = self.app.tasks[job.task]
         t0 = time.monotonic()
         error: str | None = None
+        value = None
         try:
-            await task.fn(job)
+            value = await task.fn(job)
         except BaseException as e:
             error = describe_error(e)
-        self._complete(job, error, time.monotonic() - t0)
+        self._complete(job, error, time.monotonic() - t0, result=encode_result(value))
 
     def _complete(self, job: Job, error: str | None, seconds: float,
-                  retry_delay: float | None = None) -> None:
+                  retry_delay: float | None = None,
+                  result: tuple[str | None, str | None] = (None, None)) -> None:
         with self._lock:
             if self._inflight.pop((job.id, job.attempt), None) is None:
                 return  # abandoned after the grace period: already handed back
-            self._completions.append(_Completion(job, error, seconds, retry_delay))
+            self._completions.append(_Completion(job, error, seconds, retry_delay, *result))
         self._finish_wake.set()
         self._wake.set()  # a slot is free
 
@@ -642,8 +651,10 @@ class Worker:
         try:
             for i in range(0, len(recent), REPLAY_CHUNK):
                 chunk = recent[i:i + REPLAY_CHUNK]
-                repaired += len(store.finish_done([(c.job.id, c.job.attempt) for c in chunk
-                                                   if c.error is None]))
+                done = [c for c in chunk if c.error is None]
+                repaired += len(store.finish_done([(c.job.id, c.job.attempt) for c in done],
+                                                  [c.result for c in done],
+                                                  [c.note for c in done]))
                 repaired += len(store.finish_failed([
                     (c.job.id, c.job.attempt, c.error, c.retry_delay)
                     for c in chunk if c.error is not None]))
@@ -734,7 +745,8 @@ class Worker:
         done = [c for c in part if c.error is None]
         failed = [c for c in part if c.error is not None]
         if done:
-            ok = {f.id for f in store.finish_done([(c.job.id, c.job.attempt) for c in done])}
+            ok = {f.id for f in store.finish_done([(c.job.id, c.job.attempt) for c in done],
+                                                  [c.result for c in done], [c.note for c in done])}
             self._finished(batch, {(c.job.id, c.job.attempt): (
                 "done" if c.job.id in ok else "lease_lost") for c in done})
         if failed:

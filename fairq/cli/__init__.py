@@ -33,6 +33,7 @@ COMMANDS: tuple[str, ...] = (
     "demo",
     "bench",
     "roles",
+    "periodic",
 )
 
 

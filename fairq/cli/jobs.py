@@ -5,17 +5,21 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from fairq import validation as v
 from fairq.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
+    check_connection,
     integer,
     json_argument,
     number,
     open_app,
     print_json,
 )
+from fairq.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from fairq.app import App
     from fairq.cli._common import Subparsers
 
 DEFAULT_PRUNE_AGE = 7 * 86400
@@ -33,6 +37,18 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     e.add_argument("--priority", type=integer("priority"), help="higher runs first within a tenant")
     e.add_argument("--queue", help="queue name (default: default)")
     e.add_argument("--cost", type=number("cost"), help="work units, for the drr policy (default 1)")
+    e.add_argument("--max-attempts", type=integer("max-attempts", minimum=1), metavar="N",
+                   help="attempts before the job fails for good (default: the task's)")
+    e.add_argument("--lease", type=integer("lease", minimum=1), metavar="SECONDS",
+                   help="lease of each attempt (default: the task's)")
+    source = e.add_mutually_exclusive_group()
+    source.add_argument("--app", metavar="MODULE:APP",
+                        help="the fairq.App registering TASK (default: TASK's module, found as "
+                        "`fairq worker` finds an app); the job gets the task's queue, priority, "
+                        "cost, lease and attempts unless given here")
+    source.add_argument("--no-app", action="store_true",
+                        help="enqueue TASK by name without loading its app: nothing checks the "
+                        "name, and what is not given here takes fairq's defaults (queue default)")
     e.set_defaults(handler=run_enqueue)
 
     j = sub.add_parser("job", parents=[common], help="show a job as JSON")
@@ -51,11 +67,51 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def run_enqueue(args: argparse.Namespace) -> int:
-    with open_app(args) as app:
-        job_id = app.enqueue(args.task, tenant=args.tenant, payload=args.payload, delay=args.delay,
-                             priority=args.priority, queue=args.queue, cost=args.cost)
+    # Checked before the app is imported, so a bad value reads the same with or without it.
+    v.name("task", args.task)
+    v.name("tenant", args.tenant)
+    v.payload({} if args.payload is None else args.payload)
+    options = {"tenant": args.tenant, "payload": args.payload, "delay": args.delay,
+               "priority": args.priority, "queue": args.queue, "cost": args.cost,
+               "max_attempts": args.max_attempts, "lease": args.lease}
+    if args.no_app:
+        with open_app(args) as app:
+            job_id = app.enqueue(args.task, **options)
+    else:
+        app = task_app(args)
+        try:
+            check_connection(app.dsn)
+            job_id = app.enqueue(args.task, **options)
+        finally:
+            app.close()
     print(job_id)
     return EXIT_OK
+
+
+def task_app(args: argparse.Namespace) -> App:
+    """The app registering ``args.task``: ``--app``, else the module the task's name starts with
+    (``myapp.tasks`` for ``myapp.tasks.send_report``); refuses a task that app does not know."""
+    from fairq.cli.worker import load_app_for
+
+    target = args.app
+    if target is None:
+        module = args.task.rpartition(".")[0]
+        if not module:
+            raise InvalidInput(f"cannot tell which module registers task {args.task!r}: pass "
+                               "--app MODULE:APP (or --no-app to enqueue it unchecked)")
+        try:
+            app = load_app_for(args, module)
+        except InvalidInput as exc:
+            raise InvalidInput(f"cannot load the app of task {args.task!r} ({exc}): pass "
+                               "--app MODULE:APP (or --no-app to enqueue it unchecked)") from None
+        target = module
+    else:
+        app = load_app_for(args, target)
+    if args.task not in app.tasks:
+        known = ", ".join(sorted(app.tasks)) or "no task"
+        app.close()
+        raise InvalidInput(f"unknown task {args.task!r}: {target} registers {known}")
+    return app
 
 
 def run_job(args: argparse.Namespace) -> int:

@@ -89,6 +89,16 @@ def load_app(target: str) -> App:
     return next(iter(apps.values()))
 
 
+def load_app_for(args: argparse.Namespace, target: str) -> App:
+    """``load_app`` with ``--dsn``/``--schema`` in the environment first: the app module usually
+    builds ``fairq.App()`` at import time, reading them."""
+    if getattr(args, "dsn", None):
+        os.environ[ENV_URL] = args.dsn
+    if getattr(args, "schema", None):
+        os.environ[ENV_SCHEMA] = args.schema
+    return load_app(target)
+
+
 def _metrics_observer(app: App, host: str, port: int) -> Any:
     """Start the worker's metrics server; fairq.metrics is imported only when asked for."""
     try:
@@ -106,12 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from fairq.policies import get_policy
 
     get_policy(args.policy)  # unknown policy: exit 2 before importing user code
-    # The app module usually builds `fairq.App()` at import time, reading these.
-    if getattr(args, "dsn", None):
-        os.environ[ENV_URL] = args.dsn
-    if getattr(args, "schema", None):
-        os.environ[ENV_SCHEMA] = args.schema
-    app = load_app(args.target)
+    app = load_app_for(args, args.target)
     setup_logging(args.log_level)  # after the import: an app that configures logging wins
     check_connection(app.dsn)
     options: dict[str, Any] = {

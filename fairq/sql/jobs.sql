@@ -96,14 +96,18 @@ SELECT (SELECT array_agg(ins.id ORDER BY ins.id) FROM ins) AS ids,
        (SELECT count(*) FROM new_tenants) + (SELECT count(*) FROM woken) AS tenants_touched;
 
 -- name: finish_done
--- Mark a batch of running jobs done; give their tenants' slots back. Returns the ids that
--- were still ours (the others lost their lease and are left alone).
+-- Mark a batch of running jobs done, with their results; give their tenants' slots back.
+-- Returns the ids that were still ours (the others lost their lease and are left alone).
+-- results and notes: JSON texts and "result not stored" notes (fairq.results), one per job, or
+-- NULL arrays when no job of the batch has one (unnest pads them with NULLs).
 WITH input AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS i(id, attempts)
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
+                         %(notes)s::text[]) AS i(id, attempts, result, note)
 ),
 done AS (
     UPDATE {schema}.jobs j
-    SET status = 'done', finished_at = now(), locked_until = NULL
+    SET status = 'done', finished_at = now(), locked_until = NULL, result = i.result::jsonb,
+        last_error = coalesce(i.note, j.last_error)
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
     RETURNING j.id, j.queue, j.tenant, j.task, j.started_at, j.finished_at
@@ -258,7 +262,8 @@ RETURNING id;
 
 -- name: get_job
 SELECT id, queue, tenant, task, payload, status, priority, cost, run_at, attempts, max_attempts,
-       lease_seconds, locked_until, locked_by, last_error, created_at, started_at, finished_at
+       lease_seconds, locked_until, locked_by, last_error, created_at, started_at, finished_at,
+       result
 FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: prune_finished

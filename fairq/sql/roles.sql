@@ -12,6 +12,8 @@ GRANT SELECT, UPDATE ON {schema}.jobs TO {role};
 GRANT SELECT, UPDATE ON {schema}.tenant_schedule TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.settings TO {role};
 GRANT SELECT ON {schema}.alembic_version TO {role};
+-- The periodic schedules' last ticks. Enqueueing their jobs takes the producer's grants too.
+GRANT SELECT, INSERT, UPDATE ON {schema}.periodic TO {role};
 
 -- name: roles_grant_worker_prune
 -- Only for workers that run the pruner (Worker(prune_after=...)); otherwise prune as the owner.

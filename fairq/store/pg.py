@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -255,14 +256,21 @@ class Store:
             cur.execute(self.q(statement), params)
             return cur.fetchall()
 
-    def finish_done(self, done: Sequence[tuple[int, int]]) -> list[FinishedJob]:
-        """Mark (id, attempts) pairs done; returns those that were still ours."""
+    def finish_done(self, done: Sequence[tuple[int, int]],
+                    results: Sequence[str | None] | None = None,
+                    notes: Sequence[str | None] | None = None) -> list[FinishedJob]:
+        """Mark (id, attempts) pairs done; returns those that were still ours. ``results``
+        (JSON texts) and ``notes`` (why a result was not stored), if given, go with ``done``."""
         if not done:
             return []
         with self._tx() as cur:
             cur.execute(
                 self.q("finish_done"),
-                {"ids": [d[0] for d in done], "attempts": [d[1] for d in done]},
+                {"ids": [d[0] for d in done], "attempts": [d[1] for d in done],
+                 # a NULL array, not one of NULLs, when the batch has none (the common case)
+                 "results": list(results) if results and any(r is not None for r in results)
+                 else None,
+                 "notes": list(notes) if notes and any(n is not None for n in notes) else None},
             )
             return [FinishedJob(status="done", **r) for r in cur.fetchall()]
 
@@ -370,6 +378,46 @@ class Store:
             cur.execute(self.q("runnable_count"), {"queues": list(queues)})
             row = cur.fetchone()
             return bool(row and row["n"])
+
+    # -- periodic schedules ---------------------------------------------------------------
+    def periodic_state(self, keys: Sequence[tuple[str, str]]
+                       ) -> tuple[datetime, dict[tuple[str, str], datetime | None]]:
+        """The database clock and the last tick enqueued of each (name, tenant) schedule."""
+        with self._tx() as cur:
+            cur.execute(self.q("periodic_state"),
+                        {"names": [k[0] for k in keys], "tenants": [k[1] for k in keys]})
+            rows = cur.fetchall()
+        return rows[0]["now"], {(r["name"], r["tenant"]): r["last_tick"]
+                                for r in rows if r["name"] is not None}
+
+    def periodic_register(self, name: str, tenant: str, task: str, cron: str,
+                          tick: datetime) -> bool:
+        """Record a new schedule as having had ``tick``; False if it already existed."""
+        with self._tx() as cur:
+            cur.execute(self.q("periodic_register"),
+                        {"name": name, "tenant": tenant, "task": task, "cron": cron, "tick": tick})
+            return cur.fetchone() is not None
+
+    def periodic_fire(self, name: str, tenant: str, cron: str, tick: datetime,
+                      job: NewJob) -> int | None:
+        """Claim ``tick`` of a schedule and enqueue its job, in one transaction; the job's id,
+        or None when the tick was not ours (already enqueued, or not later than the last)."""
+        key = {"name": name, "tenant": tenant}
+        with self._tx(atomic=True) as cur:
+            cur.execute(self.q("periodic_claim"),
+                        {**key, "task": job.task, "cron": cron, "tick": tick})
+            if cur.fetchone() is None:
+                return None
+            job_id = self._enqueue_chunk(cur, NewJobColumns.of([job]))[0]
+            cur.execute(self.q("periodic_set_job"), {**key, "job_id": job_id})
+        return job_id
+
+    def periodic_list(self) -> tuple[datetime, list[dict[str, Any]]]:
+        """The database clock and every row of the periodic table."""
+        with self._tx() as cur:
+            cur.execute(self.q("periodic_list"))
+            rows = cur.fetchall()
+        return rows[0]["now"], [r for r in rows if r["name"] is not None]
 
     # -- jobs -----------------------------------------------------------------------------
     def cancel(self, job_id: int) -> bool:

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
 import fairq
@@ -19,7 +20,7 @@ from fairq import migrate
 from fairq.config import sqlalchemy_url
 from fairq.schema import JOBS_STORAGE, build_metadata
 
-TABLES = {"alembic_version", "jobs", "settings", "tenant_schedule", "tenants"}
+TABLES = {"alembic_version", "jobs", "periodic", "settings", "tenant_schedule", "tenants"}
 BAD_SCHEMAS = ['a"b', "Robert'); DROP TABLE jobs; --", "UPPER", "1abc", "x" * 64, "a b", "é"]
 
 
@@ -224,11 +225,12 @@ def test_worker_refuses_a_schema_that_was_never_migrated(empty_dsn: str) -> None
 def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
         empty_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
     migrate.upgrade(empty_dsn, "fairq", "0001")
+    head = ScriptDirectory.from_config(migrate._config(None, "fairq")).get_current_head()
     app = _noop_app(empty_dsn)
     try:
         error = _refusal(app)
         assert isinstance(error, fairq.ConfigurationError), error
-        assert "at fairq revision 0001, this fairq needs 0003: run `fairq migrate`" in str(error)
+        assert f"at fairq revision 0001, this fairq needs {head}: run `fairq migrate`" in str(error)
         migrate.upgrade(empty_dsn, "fairq")
         app.worker(policy="fifo", listen=False).run(until_empty=True)  # at head: no complaint
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
@@ -238,7 +240,7 @@ def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
             worker = app.worker(policy="fifo", listen=False)
             worker.run(until_empty=True)
         assert worker.stats.done == 1
-        assert "9999_from_the_future, which this fairq (at 0003) does not know" in caplog.text
+        assert f"9999_from_the_future, which this fairq (at {head}) does not know" in caplog.text
     finally:
         app.close()
 

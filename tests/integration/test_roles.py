@@ -110,6 +110,36 @@ def test_lifecycle_with_each_part_as_its_role(dsns: dict[str, str],
     assert {r["tenant"] for r in json.loads(out)["tenants"]} >= {"acme", "globex"}
 
 
+def test_periodic_schedules_need_the_producer_grants_and_never_stop_the_worker(
+        dsns: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    with fairq.App(dsns["producer"]) as producer:
+        job_id = producer.enqueue("p", tenant="acme")
+    with fairq.App(dsns["worker"]) as app:
+        app.task(name="p")(lambda job: None)
+        app.periodic("p", cron="* * * * *", tenant="acme")
+        sql(dsns["owner"], "INSERT INTO fairq.periodic (name, tenant, task, cron, last_tick) "
+                           "VALUES ('p', 'acme', 'p', '* * * * *', now() - interval '1 hour')")
+        w = app.worker(poll_interval=0.2, queues=["default"])
+        with caplog.at_level("WARNING", logger="fairq"):
+            w.run(until_empty=True)  # may not enqueue: the schedule is off, the job still runs
+        assert "periodic schedules disabled" in caplog.text and w.stats.db_errors == 0
+        assert app.store.periodic_state([("p", "acme")])[1][("p", "acme")] is not None
+    with fairq.App(dsns["owner"]) as owner:
+        assert owner.job(job_id).status == "done"  # type: ignore[union-attr]
+    sql(dsns["superuser"], "GRANT fq_producer TO fq_worker")
+    try:
+        with fairq.App(dsns["worker"]) as app:
+            app.task(name="p")(lambda job: None)
+            app.periodic("p", cron="* * * * *", tenant="acme")
+            app.worker(poll_interval=0.2, queues=["default"]).run(until_empty=True)
+        rows = sql(dsns["owner"], "SELECT count(*), array_agg(status) FROM fairq.jobs "
+                                  "WHERE task = 'p' AND id <> %s", (job_id,))
+        assert rows == [(1, ["done"])]  # the missed tick, enqueued and run once
+    finally:
+        sql(dsns["superuser"], "REVOKE fq_producer FROM fq_worker")
+        sql(dsns["owner"], "DELETE FROM fairq.periodic")
+
+
 def test_worker_without_the_revision_grant_starts_with_a_warning(
         dsns: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
     sql(dsns["owner"], "REVOKE SELECT ON fairq.alembic_version FROM fq_worker")

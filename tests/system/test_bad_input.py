@@ -330,8 +330,8 @@ def test_injection_shaped_names_are_inert_end_to_end(app: fairq.App, dsn: str) -
 
 def test_cli_shows_unicode_names_verbatim(dsn: str) -> None:
     name = "t\u00e9nant-\u4e2d\u6587-\U0001f680 'q' \"d\""
-    code, out, err = cli("--dsn", dsn, "enqueue", "task-\u00fc", "--tenant", name, "--queue", name,
-                         "--payload", json.dumps({"k": name}))
+    code, out, err = cli("--dsn", dsn, "enqueue", "task-\u00fc", "--no-app", "--tenant", name,
+                         "--queue", name, "--payload", json.dumps({"k": name}))
     assert code == 0, err
     job_id = int(out)
     code, out, err = cli("--dsn", dsn, "job", str(job_id))

@@ -114,7 +114,7 @@ def test_commands_on_an_unmigrated_database_say_to_migrate(
 def test_enqueue_prints_the_id_and_job_shows_it(
     capsys: pytest.CaptureFixture[str], dsn: str
 ) -> None:
-    code, out, _ = run(capsys, "--dsn", dsn, "enqueue", "reports.send", "--tenant", "acme",
+    code, out, _ = run(capsys, "--dsn", dsn, "enqueue", "reports.send", "--no-app", "--tenant", "acme",
                        "--payload", '{"report": 7}', "--priority", "3", "--queue", "q1",
                        "--cost", "2.5", "--delay", "60")
     assert code == 0
