@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import psycopg
+from support.paths import REPO
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "getting-started.md"
+DOC = REPO / "docs" / "getting-started.md"
 FAIRQ = Path(sys.executable).parent / "fairq"  # the console script installed with this fairq
 
 
