@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "migrate",
     "worker",
     "jobs",
+    "ops",
     "tenants",
     "stats",
     "exporter",
