@@ -42,9 +42,11 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                    help=f"scheduling policy: {', '.join(sorted(POLICIES))} "
                    f"(default {DEFAULT_POLICY})")
     p.add_argument("--metrics-port", type=integer("metrics-port", minimum=0),
-                   help="serve /metrics and /healthz on this port")
+                   help="serve /metrics, /livez (the loop turns, database or not) and /readyz "
+                   "(it can claim) on this port (fairq's port is 9766; off by default)")
     p.add_argument("--metrics-host", default="127.0.0.1",
-                   help="bind address for --metrics-port (default 127.0.0.1)")
+                   help="bind address for --metrics-port (default 127.0.0.1; 0.0.0.0 to be "
+                   "scraped from another host or container)")
     p.add_argument("--until-empty", action="store_true",
                    help="drain: exit once nothing is runnable and nothing of ours runs")
     p.add_argument("--poll-interval", type=number("poll-interval", minimum=0.01), metavar="S",
