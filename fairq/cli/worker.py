@@ -53,6 +53,9 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                    help="fallback poll when no NOTIFY arrives (seconds)")
     p.add_argument("--batch", type=integer("batch", minimum=1), metavar="N",
                    help="claim at most N jobs a round trip (default 10; never more than free slots)")
+    p.add_argument("--grace-period", type=number("grace-period", minimum=0), metavar="S",
+                   help="on SIGTERM, let running jobs finish for S seconds before handing them "
+                   "back (default 30; keep the supervisor's kill timeout above it)")
     p.add_argument("--durable-finishes", action="store_true",
                    help="commit each finish with the WAL flushed (default: a database crash may "
                         "undo the last finishes, which then run again; never a lost job)")
@@ -124,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.batch is not None:
         options["batch"] = args.batch
+    if args.grace_period is not None:
+        options["grace_period"] = args.grace_period
     if args.poll_interval is not None:
         options["poll_interval"] = args.poll_interval
     if args.metrics_port is not None:
