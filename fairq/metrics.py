@@ -39,6 +39,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import choose_encoder
 
+from fairq.fresh_series import FreshSeries
 from fairq.models import ClaimedJob
 
 if TYPE_CHECKING:
@@ -185,6 +186,7 @@ class PrometheusObserver:
         self._leases: dict[str, float] = {}
         self._last_loop: float | None = None
         self._created = clock()
+        self._fresh = FreshSeries()  # a tenant's first series are shown at 0 first
         self._loop_ok = False
         self.server: MetricsServer | None = None
         registry.register(self)
@@ -320,7 +322,8 @@ class PrometheusObserver:
         up = GaugeMetricFamily("fairq_worker_healthy",
                                "1 when the worker loop ticked recently and reported its database "
                                "connection healthy.", value=1.0 if self.loop_healthy() else 0.0)
-        yield from (enq, claimed, finished, wait, run, claim, leases, folded, up)
+        yield from self._fresh.zero_new((enq, claimed, finished, wait, run, claim, leases,
+                                         folded, up))
 
     def serve(self, port: int, host: str = "0.0.0.0",
               health: Callable[[], bool] | None = None) -> MetricsServer:
