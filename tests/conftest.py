@@ -22,6 +22,7 @@ from fairq import migrate
 from fairq.store import Store
 
 SCHEMA = "fairq"
+pytest_plugins = ("skip_summary",)  # the run ends with what it skipped and how to install it
 
 
 def dsn_for_db(admin_dsn: str, dbname: str) -> str:

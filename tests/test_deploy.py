@@ -231,3 +231,23 @@ def test_one_exporter_and_a_drain_cronjob() -> None:
     assert pod["terminationGracePeriodSeconds"] >= args.grace_period + MARGIN
     (mig,) = containers(m[("Job", "fairq-migrate")]["spec"]["template"]["spec"])
     assert parse_fairq(mig["command"]).command == "migrate"
+
+
+# -- ./scripts/test ------------------------------------------------------------------------------
+def test_the_skip_summary_names_reasons_and_the_install_command() -> None:
+    from skip_summary import INSTALL, summary
+
+    assert summary([]) == []
+    lines = summary(["prometheus not installed", "pgbouncer not installed",
+                     "prometheus not installed"])
+    assert lines[0] == "fairq tests: skipped 3 test(s):"
+    assert lines[1] == "  2 x prometheus not installed"
+    assert lines[-1].startswith(f"install what they need with: {INSTALL}")
+    assert (ROOT / INSTALL).stat().st_mode & 0o111
+
+
+def test_scripts_test_falls_back_to_the_embedded_server() -> None:
+    text = (ROOT / "scripts" / "test").read_text()
+    assert "FAIRQ_TEST_EMBEDDED=1" in text and "running the suite on the embedded" in text
+    proc = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "test")], capture_output=True)
+    assert proc.returncode == 0, proc.stderr
