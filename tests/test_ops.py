@@ -224,3 +224,20 @@ def test_bulk_operations_under_a_running_worker(dsn: str) -> None:
     assert rows(dsn, "SELECT count(*) FROM fairq.jobs WHERE status = 'cancelled' "
                 "AND started_at IS NOT NULL") == [(0,)]
     assert rows(dsn, "SELECT coalesce(sum(running), 0) FROM fairq.tenant_schedule") == [(0,)]
+
+
+def test_retry_after_the_tenant_was_deleted_recreates_its_schedule(app: fairq.App,
+                                                                   dsn: str) -> None:
+    """Failed jobs do not keep a tenant alive; retrying them brings it back, runnable."""
+    failed = app.enqueue("t", tenant="bad")
+    drain(app)
+    assert statuses(dsn)[failed] == "failed"
+    assert app.tenants.delete("bad") is True
+    assert rows(dsn, "SELECT count(*) FROM fairq.tenant_schedule WHERE tenant = 'bad'") == [(0,)]
+    assert app.retry(failed) == [failed]
+    assert rows(dsn, "SELECT active, running FROM fairq.tenant_schedule "
+                "WHERE tenant = 'bad'") == [(True, 0)]
+    app.tasks.clear()
+    app.task(name="t", max_attempts=1)(lambda job: None)
+    drain(app)
+    assert statuses(dsn)[failed] == "done"
