@@ -424,7 +424,8 @@ def tenant() -> Json:
         w=6,
         h=4,
     )
-    L.add("Queued", [(f"sum(fairq_tenant_queued_jobs{{{QT}}})", "queued")], kind="stat", w=6, h=4)
+    L.add("Due jobs", [(f"sum {due(QT)}", "due")], kind="stat", w=6, h=4,
+          description="Queued with run_at reached; delayed ones are on the backlog panel.")
     L.add(
         "Oldest runnable job",
         [(f"max(fairq_oldest_runnable_job_age_seconds{{{QT}}})", "age")],
@@ -457,9 +458,20 @@ def tenant() -> Json:
         overrides=[dashed("cap")],
     )
     L.add(
-        "Backlog (queued jobs)",
-        [(f"sum by (queue) (fairq_tenant_queued_jobs{{{QT}}})", "{{queue}}")],
+        "Backlog (due jobs; delayed apart)",
+        [
+            (f"sum by (queue) {due(QT)}", "{{queue}}"),
+            (f"sum by (queue) (fairq_tenant_delayed_jobs{{{QT}}})", "delayed {{queue}}"),
+        ],
         stack=True,
+        overrides=[{
+            "matcher": {"id": "byRegexp", "options": "delayed .*"},
+            "properties": [
+                {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                {"id": "custom.stacking", "value": {"mode": "none", "group": "A"}},
+            ],
+        }],
+        description="Due: queued with run_at reached. Delayed (dashed): run_at in the future.",
     )
     L.add(
         "Oldest runnable job age",
