@@ -3,7 +3,7 @@
     python dashboards/generate.py          # regenerate
     python dashboards/generate.py --check  # exit 1 if the committed JSON is stale
 
-Metric names and labels follow the "Prometheus metrics" table of the contract.
+Metric names and labels: docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -56,13 +56,20 @@ def claim_share(sel: str, tenant: str = "") -> str:
     )
 
 
+def due(sel: str) -> str:
+    """Queued jobs that are due (delayed ones, run_at in the future, kept apart as in `fairq
+    stats`)."""
+    return f"(fairq_tenant_queued_jobs{{{sel}}} - fairq_tenant_delayed_jobs{{{sel}}})"
+
+
 def weight_share(sel: str, tenant: str = "") -> str:
-    """Share of weight per tenant among tenants with backlog or running jobs (the fair target)."""
+    """Share of weight per tenant among tenants with due or running jobs (the fair target): a
+    tenant with only delayed jobs competes for nothing, as in `fairq stats`."""
 
     def active(weight: str) -> str:
         return (
             f"max by (tenant) ({weight} and on (tenant) ("
-            f"sum by (tenant) (fairq_tenant_queued_jobs{{{sel}}}) > 0 or "
+            f"sum by (tenant) {due(sel)} > 0 or "
             f"sum by (tenant) (fairq_tenant_running_jobs{{{sel}}}) > 0))"
         )
 
@@ -95,10 +102,13 @@ class Layout:
         minmax: tuple[float, float] | None = None,
         thresholds: list[tuple[float | None, str]] | None = None,
         overrides: list[dict[str, Any]] | None = None,
+        mappings: list[dict[str, Any]] | None = None,
     ) -> None:
         if self.x + w > 24:
             self._newline()
         defaults: dict[str, Any] = {"unit": unit}
+        if mappings:
+            defaults["mappings"] = mappings
         if minmax:
             defaults["min"], defaults["max"] = minmax
         if thresholds:
@@ -247,7 +257,8 @@ def overview() -> Json:
     L.add(
         "Jobs per second",
         [
-            (rate("fairq_jobs_enqueued_total", Q, "queue"), "enqueued {{queue}}"),
+            # From the database (every producer), not from worker processes' own enqueues.
+            (f"sum (rate(fairq_jobs_inserted_total[{RI}]))", "enqueued (all queues)"),
             (rate("fairq_jobs_claimed_total", Q, "queue"), "claimed {{queue}}"),
             (rate("fairq_jobs_finished_total", Q, "queue, outcome"), "{{outcome}} {{queue}}"),
         ],
@@ -269,9 +280,21 @@ def overview() -> Json:
         description="From the job's run_at to its claim, on the database clock.",
     )
     L.add(
-        "Backlog (queued jobs)",
-        [(f"sum by (tenant) (fairq_tenant_queued_jobs{{{Q}}})", "{{tenant}}")],
+        "Backlog (due jobs; delayed apart)",
+        [
+            (f"sum by (tenant) {due(Q)}", "{{tenant}}"),
+            (f"sum (fairq_tenant_delayed_jobs{{{Q}}})", "delayed (all tenants)"),
+        ],
         stack=True,
+        overrides=[{
+            "matcher": {"id": "byRegexp", "options": "delayed .*"},
+            "properties": [
+                {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                {"id": "custom.stacking", "value": {"mode": "none", "group": "A"}},
+            ],
+        }],
+        description="Due: queued with run_at reached. Delayed (dashed, not stacked): queued "
+        "with run_at in the future (delays and retries' backoff).",
     )
     L.add(
         "Oldest runnable job age",
@@ -369,10 +392,18 @@ def overview() -> Json:
     )
     L.add("Dead tuples (jobs table)", [("fairq_jobs_dead_tuples", "dead tuples")], w=8)
     L.add(
-        "Since last autovacuum",
-        [("time() - fairq_jobs_last_autovacuum_timestamp_seconds", "since autovacuum")],
+        "Since last (auto)vacuum",
+        # -1 (shown as "never vacuumed") when the table was never vacuumed: the timestamp is 0
+        # then, and time() - 0 would read as ~56 years.
+        [(
+            "(time() - (fairq_jobs_last_autovacuum_timestamp_seconds > 0))\n"
+            "or (fairq_jobs_last_autovacuum_timestamp_seconds * 0 - 1)",
+            "since (auto)vacuum",
+        )],
+        kind="stat",
         unit="s",
         w=8,
+        mappings=[{"type": "value", "options": {"-1": {"text": "never vacuumed", "index": 0}}}],
     )
     return dashboard(
         "fairq-overview",
@@ -393,7 +424,8 @@ def tenant() -> Json:
         w=6,
         h=4,
     )
-    L.add("Queued", [(f"sum(fairq_tenant_queued_jobs{{{QT}}})", "queued")], kind="stat", w=6, h=4)
+    L.add("Due jobs", [(f"sum {due(QT)}", "due")], kind="stat", w=6, h=4,
+          description="Queued with run_at reached; delayed ones are on the backlog panel.")
     L.add(
         "Oldest runnable job",
         [(f"max(fairq_oldest_runnable_job_age_seconds{{{QT}}})", "age")],
@@ -426,9 +458,20 @@ def tenant() -> Json:
         overrides=[dashed("cap")],
     )
     L.add(
-        "Backlog (queued jobs)",
-        [(f"sum by (queue) (fairq_tenant_queued_jobs{{{QT}}})", "{{queue}}")],
+        "Backlog (due jobs; delayed apart)",
+        [
+            (f"sum by (queue) {due(QT)}", "{{queue}}"),
+            (f"sum by (queue) (fairq_tenant_delayed_jobs{{{QT}}})", "delayed {{queue}}"),
+        ],
         stack=True,
+        overrides=[{
+            "matcher": {"id": "byRegexp", "options": "delayed .*"},
+            "properties": [
+                {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                {"id": "custom.stacking", "value": {"mode": "none", "group": "A"}},
+            ],
+        }],
+        description="Due: queued with run_at reached. Delayed (dashed): run_at in the future.",
     )
     L.add(
         "Oldest runnable job age",

@@ -76,6 +76,20 @@ class Tenants:
     def list(self) -> list[TenantConfig]:
         return self._app.store.list_tenants()
 
+    def reset(self, tenant: str) -> bool:
+        """Drop the tenant's own weight and cap (the defaults apply from the next claim), as
+        removing it from a tenants file does not. Returns whether it had settings of its own."""
+        from fairq import ops
+
+        return ops.reset_tenant(self._app.store, tenant)
+
+    def delete(self, tenant: str) -> bool:
+        """Forget the tenant (settings and schedule); ``InvalidInput`` while it has queued or
+        running jobs. Returns whether fairq knew it."""
+        from fairq import ops
+
+        return ops.delete_tenant(self._app.store, tenant)
+
     def apply(self, source: str | Any) -> builtins.list[TenantConfig]:
         """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing."""
         from fairq.tenant_config import load_tenant_file
@@ -313,6 +327,32 @@ class App:
     def cancel(self, job_id: int) -> bool:
         """Cancel a queued job; False if it is running, finished or unknown."""
         return self.store.cancel(v.integer("job id", job_id, 1, 2**63 - 1))
+
+    # -- operators -----------------------------------------------------------------------
+    def jobs(self, *, status: str | None = None, tenant: str | None = None,
+             task: str | None = None, queue: str | None = None,
+             limit: int = 100) -> list[JobInfo]:
+        """Jobs matching every filter given, newest first, at most ``limit``."""
+        from fairq import ops
+
+        return ops.jobs(self.store, status=status, tenant=tenant, task=task, queue=queue,
+                        limit=limit)
+
+    def retry(self, *ids: int, failed: bool = False, tenant: str | None = None,
+              limit: int = 1000) -> list[int]:
+        """Queue failed (or cancelled) jobs again, due now, attempts reset: the ``ids`` given,
+        or with ``failed=True`` up to ``limit`` failed jobs (of ``tenant``). Returns the ids."""
+        from fairq import ops
+
+        return ops.retry(self.store, ids, failed=failed, tenant=tenant, limit=limit)
+
+    def cancel_tenant(self, tenant: str, *, queue: str | None = None,
+                      limit: int = 100_000) -> int:
+        """Cancel a tenant's queued jobs (of ``queue``, or all) in one statement, up to
+        ``limit``; running jobs finish. Returns how many were cancelled."""
+        from fairq import ops
+
+        return ops.cancel_tenant(self.store, tenant, queue=queue, limit=limit)
 
     # -- workers -------------------------------------------------------------------------
     def worker(self, **options: Any) -> Worker:

@@ -167,6 +167,7 @@ class DatabaseCollector:
         kept = keep_tenants(rows, self.max_tenants)
         queued: dict[tuple[str, str], float] = {}
         running: dict[tuple[str, str], float] = {}
+        delayed: dict[tuple[str, str], float] = {}
         oldest: dict[tuple[str, str], float] = {}
         caps: dict[str, float] = {}
         weights: dict[str, float] = {}
@@ -175,6 +176,7 @@ class DatabaseCollector:
             key = (r.queue, label)
             queued[key] = queued.get(key, 0.0) + r.queued
             running[key] = running.get(key, 0.0) + r.running
+            delayed[key] = delayed.get(key, 0.0) + (r.queued - r.runnable)
             oldest[key] = max(oldest.get(key, 0.0), r.oldest_age)
             if label != OTHER:
                 caps[r.tenant] = max(caps.get(r.tenant, 0.0), float(r.max_running))
@@ -188,8 +190,13 @@ class DatabaseCollector:
         g_oldest = GaugeMetricFamily("fairq_oldest_runnable_job_age_seconds",
                                      "Age of the oldest due, unclaimed job since its run_at "
                                      "(0 when none).", labels=["queue", "tenant"])
+        g_delayed = GaugeMetricFamily("fairq_tenant_delayed_jobs",
+                                      "Queued jobs not due yet (run_at in the future: delayed "
+                                      "or waiting to retry); due = queued - delayed.",
+                                      labels=["queue", "tenant"])
         for key in sorted(queued):
             g_queued.add_metric(list(key), queued[key])
+            g_delayed.add_metric(list(key), delayed[key])
             g_running.add_metric(list(key), running[key])
             g_oldest.add_metric(list(key), oldest[key])
         g_cap = GaugeMetricFamily("fairq_tenant_max_running",
@@ -221,7 +228,7 @@ class DatabaseCollector:
             "fairq_metrics_tenants_folded",
             f"Tenants folded into tenant=\"__other__\" (top {self.max_tenants} kept).",
             value=float(len(folded)))
-        out: list[Metric] = [g_queued, g_running, g_oldest, g_cap, g_weight, g_jain, g_err,
+        out: list[Metric] = [g_queued, g_delayed, g_running, g_oldest, g_cap, g_weight, g_jain, g_err,
                              g_leases, g_folded]
         if table is not None:
             last = max(table["last_autovacuum"] or 0.0, table["last_vacuum"] or 0.0)
@@ -238,6 +245,11 @@ class DatabaseCollector:
                 CounterMetricFamily("fairq_jobs_autovacuum_runs",
                                     "Autovacuum runs on the jobs table since stats reset.",
                                     value=table["autovacuum_count"]),
+                CounterMetricFamily("fairq_jobs_inserted",
+                                    "Rows inserted into the jobs table since stats reset "
+                                    "(pg_stat_user_tables.n_tup_ins): every enqueue, from any "
+                                    "process or transaction, rolled back ones included.",
+                                    value=table["inserted"] or 0.0),
             ]
         return out
 

@@ -26,7 +26,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import choose_encoder
 
+from fairq.fresh_series import FreshSeries
 from fairq.models import ClaimedJob
 
 if TYPE_CHECKING:
@@ -184,6 +185,8 @@ class PrometheusObserver:
         self._claim: dict[tuple[str, str, str], Hist] = {}
         self._leases: dict[str, float] = {}
         self._last_loop: float | None = None
+        self._created = clock()
+        self._fresh = FreshSeries()  # a tenant's first series are shown at 0 first
         self._loop_ok = False
         self.server: MetricsServer | None = None
         registry.register(self)
@@ -240,6 +243,12 @@ class PrometheusObserver:
         self._loop_ok = healthy
 
     # -- health ------------------------------------------------------------------------------
+    def loop_alive(self) -> bool:
+        """True while the worker loop turns (healthy or not): it ticked, or the observer was
+        made, within ``stale_after`` seconds. A database outage does not make it False."""
+        last = self._last_loop if self._last_loop is not None else self._created
+        return self._clock() - last <= self.stale_after
+
     def loop_healthy(self) -> bool:
         """True when the worker loop ticked within ``stale_after`` seconds and reported healthy."""
         last = self._last_loop
@@ -313,7 +322,8 @@ class PrometheusObserver:
         up = GaugeMetricFamily("fairq_worker_healthy",
                                "1 when the worker loop ticked recently and reported its database "
                                "connection healthy.", value=1.0 if self.loop_healthy() else 0.0)
-        yield from (enq, claimed, finished, wait, run, claim, leases, folded, up)
+        yield from self._fresh.zero_new((enq, claimed, finished, wait, run, claim, leases,
+                                         folded, up))
 
     def serve(self, port: int, host: str = "0.0.0.0",
               health: Callable[[], bool] | None = None) -> MetricsServer:
@@ -347,16 +357,19 @@ class MetricsServer:
 
 
 def serve(port: int, host: str = "0.0.0.0", health: Callable[[], bool] | None = None,
-          registry: CollectorRegistry | None = None) -> MetricsServer:
-    """Serve ``registry`` on /metrics and ``health`` on /healthz (200 ok / 503 unhealthy).
+          registry: CollectorRegistry | None = None,
+          checks: Mapping[str, Callable[[], bool]] | None = None) -> MetricsServer:
+    """Serve ``registry`` on /metrics and ``health`` on /healthz (200 ok / 503 unhealthy), and
+    each of ``checks`` (path -> check) likewise (see fairq.health).
 
     ``port=0`` picks a free port (see ``MetricsServer.port``). A health callable that raises
-    counts as unhealthy.
+    counts as unhealthy. A port in use is ``InvalidInput`` naming it.
     """
     from prometheus_client import REGISTRY
 
     reg = registry if registry is not None else REGISTRY
     check = health or (lambda: True)
+    paths = {"/healthz": check, **(checks or {})}
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -369,15 +382,16 @@ def serve(port: int, host: str = "0.0.0.0", health: Callable[[], bool] | None = 
                     body, status = f"# collect failed: {exc}\n".encode(), 500
                     content_type = "text/plain; charset=utf-8"
                 self._send(status, body, content_type)
-            elif path == "/healthz":
+            elif path in paths:
                 try:
-                    ok = bool(check())
+                    ok = bool(paths[path]())
                 except Exception:
                     ok = False
                 self._send(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n",
                            "text/plain; charset=utf-8")
             else:
-                self._send(404, b"not found: try /metrics or /healthz\n", "text/plain")
+                self._send(404, f"not found: try /metrics or {' '.join(sorted(paths))}\n"
+                           .encode(), "text/plain")
 
         def _send(self, status: int, body: bytes, content_type: str) -> None:
             self.send_response(status)
@@ -390,7 +404,19 @@ def serve(port: int, host: str = "0.0.0.0", health: Callable[[], bool] | None = 
             pass  # scrapes every few seconds would flood the worker's log
 
     ThreadingHTTPServer.daemon_threads = True
-    httpd = ThreadingHTTPServer((host, port), Handler)
+    try:
+        httpd = ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:
+        import errno
+
+        from fairq.errors import InvalidInput
+
+        if exc.errno == errno.EADDRINUSE:
+            raise InvalidInput(f"cannot serve metrics on {host}:{port}: port {port} is already "
+                               "in use (choose another port)") from None
+        if exc.errno in (errno.EADDRNOTAVAIL, errno.EACCES):
+            raise InvalidInput(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
+        raise
     return MetricsServer(httpd)
 
 
@@ -428,9 +454,14 @@ def start_worker_metrics(app: App, *, host: str = "0.0.0.0", port: int = 0,
                          max_tenants: int | None = None) -> PrometheusObserver:
     """What ``fairq worker --metrics-port`` installs: an observer plus its server.
 
-    /healthz is 200 while the worker loop ticks and reports healthy *and* the database answers.
+    /livez is 200 while the worker loop turns, database or not; /readyz and /healthz are 200
+    while it reaches the database and a ``SELECT 1`` answers (see fairq.health).
     """
+    from fairq.health import worker_checks
+
     observer = PrometheusObserver(max_tenants=max_tenants)
-    observer.serve(port, host, health=all_of(observer.loop_healthy, db_check(app.dsn)))
+    checks = worker_checks(observer, db_check(app.dsn))
+    observer.server = serve(port, host, health=checks["/healthz"], registry=observer.registry,
+                            checks=checks)
     app.observer = observer  # enqueues made by this process's handlers are counted too
     return observer

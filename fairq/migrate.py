@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import io
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 
 from alembic import command
 from fairq.config import resolve_schema
-from fairq.errors import ConfigurationError
+from fairq.errors import ConfigurationError, InvalidInput
 
 log = logging.getLogger("fairq.migrate")
 
@@ -32,9 +34,17 @@ def _config(dsn: str | None, schema: str | None, buffer: io.StringIO | None = No
     return cfg
 
 
-def upgrade(dsn: str, schema: str | None = None, revision: str = "head") -> None:
-    """Bring ``schema`` up to ``revision``: idempotent, and safe from many processes at once."""
+def upgrade(dsn: str, schema: str | None = None,
+            revision: str = "head") -> tuple[str | None, str | None]:
+    """Bring ``schema`` up to ``revision``: idempotent, and safe from many processes at once.
+
+    Returns (revision before, revision after): equal when there was nothing to do; the first is
+    None when fairq's tables were created. (Another process migrating at the same moment may
+    have done the work: "before" is read before this call takes the migration lock.)
+    """
+    before = current(dsn, schema)
     command.upgrade(_config(dsn, schema), revision)
+    return before, current(dsn, schema)
 
 
 def downgrade(dsn: str, schema: str | None = None, revision: str = "base") -> None:
@@ -42,11 +52,72 @@ def downgrade(dsn: str, schema: str | None = None, revision: str = "base") -> No
     command.downgrade(_config(dsn, schema), revision)
 
 
-def upgrade_sql(schema: str | None = None, revision: str = "head") -> str:
-    """The SQL that ``upgrade`` would run on an empty database, without connecting."""
+def upgrade_sql(schema: str | None = None, revision: str = "head",
+                start: str | None = None) -> str:
+    """The SQL that ``upgrade`` would run from revision ``start`` (None: an empty database),
+    without connecting: what a DBA reviews before an upgrade. Empty when ``start`` is already
+    ``revision``."""
+    if start is not None and start != "base":
+        script = _script(schema)
+        _known(script, start)
+        if start == (script.get_current_head() if revision == "head" else revision):
+            return ""
+        revision = f"{start}:{revision}"
     buffer = io.StringIO()
     command.upgrade(_config(None, schema, buffer), revision, sql=True)
     return buffer.getvalue()
+
+
+def _script(schema: str | None = None) -> ScriptDirectory:
+    return ScriptDirectory.from_config(_config(None, resolve_schema(schema)))
+
+
+def _known(script: ScriptDirectory, rev: str) -> None:
+    """``InvalidInput`` unless ``rev`` is a revision of this fairq."""
+    from alembic.util import CommandError
+
+    try:
+        found = script.get_revision(rev) is not None
+    except CommandError:
+        found = False
+    if not found:
+        raise InvalidInput(f"unknown fairq revision {rev!r}: this fairq knows "
+                           f"{', '.join(r.revision for r in reversed(list(script.walk_revisions())))}")
+
+
+@dataclass(frozen=True)
+class Status:
+    """Where a schema stands: its revision, this fairq's head, and the upgrades between."""
+
+    schema: str
+    current: str | None                  # None: fairq's tables are not there
+    head: str
+    pending: list[tuple[str, str]]       # (revision, first line of its description), oldest first
+    known: bool                          # False: a newer fairq migrated the schema
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == self.head or not self.known
+
+
+def status(dsn: str, schema: str | None = None) -> Status:
+    """The schema's revision against this fairq's, and what ``upgrade`` would apply."""
+    from alembic.util import CommandError
+
+    s = resolve_schema(schema)
+    script = _script(s)
+    head = script.get_current_head() or "base"
+    rev = current(dsn, s)
+    try:
+        known = rev is None or script.get_revision(rev) is not None
+    except CommandError:
+        known = False
+    pending: list[tuple[str, str]] = []
+    if known:
+        for r in script.iterate_revisions(head, rev or "base"):
+            pending.append((r.revision, (r.doc or "").strip().splitlines()[0] if r.doc else ""))
+        pending.reverse()
+    return Status(s, rev, head, pending, known)
 
 
 def current(dsn: str, schema: str | None = None) -> str | None:

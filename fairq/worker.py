@@ -31,6 +31,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from fairq.errors import InvalidInput
+from fairq.failure_log import FailureLog
 from fairq.job import Job
 from fairq.listener import Listener
 from fairq.maintenance import (
@@ -195,6 +196,7 @@ class Worker:
         self.durable_finishes = durable_finishes
         self.stats = WorkerStats()
         self.ready = threading.Event()  # set once the loop runs (and LISTEN is in effect)
+        self.failure_log = FailureLog()  # one WARNING per handler failure, rate-limited
 
         self._intervals = (reap_interval, wake_interval, stranded_interval)
         self._vacuum_interval = vacuum_interval
@@ -422,6 +424,8 @@ class Worker:
             if self._inflight.pop((job.id, job.attempt), None) is None:
                 return  # abandoned after the grace period: already handed back
             self._completions.append(_Completion(job, error, seconds, retry_delay, *result))
+        if error is not None:
+            self.failure_log.failed(job, error)
         self._finish_wake.set()
         self._wake.set()  # a slot is free
 
@@ -768,8 +772,8 @@ class Worker:
                 c.job.lease_lost = True
                 log.warning("job %d attempt %d: lease lost before finishing (%s); nothing changed",
                             c.job.id, c.job.attempt, "done" if c.error is None else "failed")
-            elif outcome == "failed":
-                log.warning("job %d failed for good after %d attempt(s): %s", c.job.id,
+            elif outcome == "failed":  # the failure itself was logged (failure_log)
+                log.debug("job %d failed for good after %d attempt(s): %s", c.job.id,
                             c.job.attempt, (c.error or "").splitlines()[0])
             self.observer.on_finish(c.job.claimed, outcome, c.run_seconds)
         with self._lock:  # their tenants' slots are free again: worth a claim

@@ -19,6 +19,8 @@ from support.db import SCHEMA, create_database, drop_database, dsn_for_db
 from fairq import migrate
 from fairq.store import Store
 
+pytest_plugins = ("support.skip_summary",)  # the run ends with what it skipped and how to install it
+
 
 @pytest.fixture(scope="session")
 def admin_dsn() -> Iterator[str]:

@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "migrate",
     "worker",
     "jobs",
+    "ops",
     "tenants",
     "stats",
     "exporter",

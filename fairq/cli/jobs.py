@@ -55,8 +55,14 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     j.add_argument("id", type=integer("job id", minimum=1), metavar="ID")
     j.set_defaults(handler=run_job)
 
-    c = sub.add_parser("cancel", parents=[common], help="cancel a queued job")
-    c.add_argument("id", type=integer("job id", minimum=1), metavar="ID")
+    c = sub.add_parser("cancel", parents=[common],
+                       help="cancel a queued job, or a tenant's queued jobs (--tenant)")
+    c.add_argument("id", type=integer("job id", minimum=1), metavar="ID", nargs="?")
+    c.add_argument("--tenant", help="cancel this tenant's queued jobs (one statement); running "
+                   "jobs finish")
+    c.add_argument("--queue", help="with --tenant: only this queue's")
+    c.add_argument("--limit", type=integer("limit", minimum=1), default=100_000,
+                   help="with --tenant: at most N jobs (default 100000)")
     c.set_defaults(handler=run_cancel)
 
     p = sub.add_parser("prune", parents=[common], help="delete finished jobs older than an age")
@@ -129,6 +135,18 @@ def run_job(args: argparse.Namespace) -> int:
 def run_cancel(args: argparse.Namespace) -> int:
     import sys
 
+    if (args.id is None) == (args.tenant is None):
+        raise InvalidInput("give a job ID or --tenant T, not both")
+    if args.tenant is None and args.queue is not None:
+        raise InvalidInput("--queue goes with --tenant")
+    if args.tenant is not None:
+        with open_app(args) as app:
+            n = app.cancel_tenant(args.tenant, queue=args.queue, limit=args.limit)
+        where = f" in queue {args.queue}" if args.queue else ""
+        print(f"cancelled {n} queued job(s) of tenant {args.tenant}{where}")
+        if n == args.limit:
+            print(f"--limit {args.limit} reached: more may remain; run again")
+        return EXIT_OK
     with open_app(args) as app:
         if app.cancel(args.id):
             print(f"cancelled job {args.id}")

@@ -39,6 +39,13 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     a.add_argument("file", metavar="FILE.toml")
     a.set_defaults(handler=run_apply)
 
+    for action, text in (("reset", "drop a tenant's own weight and cap: the defaults apply"),
+                         ("delete", "forget a tenant (refused while it has queued or running "
+                                    "jobs)")):
+        d = tsub.add_parser(action, parents=[common], help=text)
+        d.add_argument("tenant")
+        d.set_defaults(handler=run_forget)
+
     ls = tsub.add_parser("list", parents=[common], help="every tenant and its effective settings")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(handler=run_list)
@@ -93,4 +100,17 @@ def run_list(args: argparse.Namespace) -> int:
         print(_rows(tenants))
     else:
         print("no tenants yet")
+    return EXIT_OK
+
+
+def run_forget(args: argparse.Namespace) -> int:
+    """``tenants reset T`` and ``tenants delete T``."""
+    with open_app(args) as app:
+        if args.tenants_command == "reset":
+            had = app.tenants.reset(args.tenant)
+            print(f"{args.tenant}: " + ("settings dropped, the defaults apply" if had
+                                       else "had no settings of its own; nothing to do"))
+        else:
+            known = app.tenants.delete(args.tenant)
+            print(f"{args.tenant}: " + ("deleted" if known else "unknown; nothing to do"))
     return EXIT_OK

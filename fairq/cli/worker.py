@@ -42,15 +42,20 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                    help=f"scheduling policy: {', '.join(sorted(POLICIES))} "
                    f"(default {DEFAULT_POLICY})")
     p.add_argument("--metrics-port", type=integer("metrics-port", minimum=0),
-                   help="serve /metrics and /healthz on this port")
+                   help="serve /metrics, /livez (the loop turns, database or not) and /readyz "
+                   "(it can claim) on this port (fairq's port is 9766; off by default)")
     p.add_argument("--metrics-host", default="127.0.0.1",
-                   help="bind address for --metrics-port (default 127.0.0.1)")
+                   help="bind address for --metrics-port (default 127.0.0.1; 0.0.0.0 to be "
+                   "scraped from another host or container)")
     p.add_argument("--until-empty", action="store_true",
                    help="drain: exit once nothing is runnable and nothing of ours runs")
     p.add_argument("--poll-interval", type=number("poll-interval", minimum=0.01), metavar="S",
                    help="fallback poll when no NOTIFY arrives (seconds)")
     p.add_argument("--batch", type=integer("batch", minimum=1), metavar="N",
                    help="claim at most N jobs a round trip (default 10; never more than free slots)")
+    p.add_argument("--grace-period", type=number("grace-period", minimum=0), metavar="S",
+                   help="on SIGTERM, let running jobs finish for S seconds before handing them "
+                   "back (default 30; keep the supervisor's kill timeout above it)")
     p.add_argument("--durable-finishes", action="store_true",
                    help="commit each finish with the WAL flushed (default: a database crash may "
                         "undo the last finishes, which then run again; never a lost job)")
@@ -127,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.batch is not None:
         options["batch"] = args.batch
+    if args.grace_period is not None:
+        options["grace_period"] = args.grace_period
     if args.poll_interval is not None:
         options["poll_interval"] = args.poll_interval
     if args.metrics_port is not None:

@@ -64,10 +64,12 @@ WHERE j.status = 'running' AND j.locked_until < now()
 GROUP BY j.queue;
 
 -- name: exporter_jobs_table
--- Vacuum health of the jobs table (R21).
+-- Vacuum health of the jobs table, and the rows ever inserted into it: every enqueue, from
+-- any process (the workers' fairq_jobs_enqueued_total sees only their own).
 SELECT s.n_dead_tup::float8 AS dead, s.n_live_tup::float8 AS live,
        extract(epoch FROM s.last_autovacuum)::float8 AS last_autovacuum,
        extract(epoch FROM s.last_vacuum)::float8 AS last_vacuum,
-       s.autovacuum_count::float8 AS autovacuum_count
+       s.autovacuum_count::float8 AS autovacuum_count,
+       s.n_tup_ins::float8 AS inserted
 FROM pg_stat_user_tables s
 WHERE s.schemaname = %(schema)s AND s.relname = 'jobs';

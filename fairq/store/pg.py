@@ -41,7 +41,7 @@ log = logging.getLogger("fairq.store")
 
 CHUNK = 5000  # jobs per enqueue round trip
 # fairq's statements are planned once: their generic plans have the same guarded shapes
-# (tests/test_claim_plans.py) and skip the 1-2 ms of planning a custom plan costs per claim.
+# (tests/integration/test_claim_plans.py) and skip the 1-2 ms of planning a custom plan costs per claim.
 PLAN_CACHE_MODE = "force_generic_plan"
 # ...and those plans must not depend on row estimates a generic plan cannot have (how many
 # rows a CTE yields, how big the hot tenant_schedule was when the plan was cached): every fairq

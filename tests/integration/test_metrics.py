@@ -119,6 +119,8 @@ def test_claim_results_and_leases() -> None:
     obs.on_claim("q1", "fifo", "error", 0.5, [])
     obs.on_claim("q1", "fifo", "claimed", 0.003, [job("a", wait=12.0, queue="q1")])
     obs.on_reap("q1", 3)
+    first = samples(obs.registry)  # a tenant's new series are shown at 0 once (fresh_series)
+    assert first["fairq_job_wait_seconds_count{queue=q1,tenant=a}"] == 0
     v = samples(obs.registry)
     for result in ("empty", "error", "claimed"):
         assert v[f"fairq_claim_seconds_count{{policy=fifo,queue=q1,result={result}}}"] == 1
@@ -186,3 +188,25 @@ def test_healthz_turns_unhealthy_when_the_database_is_gone(
     assert fetch(f"{server.url}/healthz")[0] == 503
     # /metrics keeps answering while unhealthy (scrapes show what happened).
     assert fetch(f"{server.url}/metrics")[0] == 200
+
+
+def test_a_new_tenants_first_waits_show_as_an_increase() -> None:
+    """Its series appear at 0 first, then with the burst: rate() sees the burst."""
+    obs = PrometheusObserver(CollectorRegistry(), max_tenants=10)
+    obs.on_claim("q", "weighted", "claimed", 0.001, [job("big", wait=0.1, queue="q")])
+    samples(obs.registry)
+    before = samples(obs.registry)
+    assert before["fairq_job_wait_seconds_count{queue=q,tenant=big}"] == 1
+    obs.on_claim("q", "weighted", "claimed", 0.001,
+                 [job("small", wait=2.0, queue="q") for _ in range(5)])
+    obs.on_enqueue("q", "small", 5)
+    first = samples(obs.registry)
+    assert first["fairq_job_wait_seconds_count{queue=q,tenant=small}"] == 0
+    assert first["fairq_jobs_claimed_total{policy=weighted,queue=q,tenant=small}"] == 0
+    assert first["fairq_jobs_enqueued_total{queue=q,tenant=small}"] == 0
+    assert first["fairq_job_wait_seconds_count{queue=q,tenant=big}"] == 1  # old series unchanged
+    second = samples(obs.registry)
+    assert second["fairq_job_wait_seconds_count{queue=q,tenant=small}"] == 5
+    assert second["fairq_job_wait_seconds_bucket{le=2.5,queue=q,tenant=small}"] == 5
+    assert second["fairq_jobs_claimed_total{policy=weighted,queue=q,tenant=small}"] == 5
+    assert second["fairq_claim_seconds_count{policy=weighted,queue=q,result=claimed}"] == 2

@@ -5,8 +5,9 @@
     psycopg.connect(cluster.dsn)
 
 Runs Debian's PostgreSQL binaries (``/usr/lib/postgresql/<ver>/bin``, ``$FAIRQ_PG_BINDIR``
-overrides) on a free loopback port with trust auth. PostgreSQL refuses to run as root, so when
-the tests run as root the cluster runs as the ``postgres`` OS user. ``stop`` stops exactly this
+overrides; without either, the embedded package's) on a free loopback port with trust auth.
+PostgreSQL refuses to run as root, so when the tests run as root the cluster runs as the
+``postgres`` OS user (or, where there is none, the embedded server's). ``stop`` stops exactly this
 cluster (by its postmaster PID), never anything else.
 """
 
@@ -45,7 +46,35 @@ def bindir() -> Path | None:
     if found:
         return Path(found[-1]).parent
     initdb = shutil.which("initdb")
-    return Path(initdb).parent if initdb else None
+    if initdb:
+        return Path(initdb).parent
+    return _embedded_bindir()
+
+
+def _embedded_bindir() -> Path | None:
+    """The embedded package's own initdb/pg_ctl: a machine without a PostgreSQL install runs
+    the private-cluster tests on them."""
+    try:
+        from fairq.embedded import _bin_dir
+
+        return _bin_dir()
+    except Exception:
+        return None
+
+
+def _server_user() -> str | None:
+    """The OS user the cluster runs as: None unless root; then ``postgres`` if it exists, else
+    the embedded server's own unprivileged user (created on first use)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+        return "postgres"
+    except KeyError:
+        from fairq.embedded import _server_user as embedded_user
+
+        user = embedded_user()
+        return user.pw_name if user else None
 
 
 def available() -> bool:
@@ -114,7 +143,7 @@ def start(workdir: Path, *, port: int | None = None, options: Mapping[str, str] 
     bin_dir = bindir()
     if bin_dir is None:
         raise FileNotFoundError("PostgreSQL server binaries not found (set FAIRQ_PG_BINDIR)")
-    user = "postgres" if os.geteuid() == 0 else None
+    user = _server_user()
     root = Path(workdir) / f"pgcluster-{os.getpid()}-{time.monotonic_ns()}"
     datadir = root / "data"
     root.mkdir(parents=True)

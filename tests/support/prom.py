@@ -124,8 +124,10 @@ def write_config(
     scrape_interval: str = "1s",
     metrics_path: str = "/metrics",
     extra_scrape_configs: Sequence[Mapping[str, Any]] = (),
+    config: Mapping[str, Any] | None = None,
 ) -> Path:
-    cfg = {  # JSON is valid YAML: no yaml dependency needed
+    """The configuration Prometheus runs with: ``config`` as given, or one scrape job "fairq"."""
+    cfg: Mapping[str, Any] = config if config is not None else {  # JSON is valid YAML
         "global": {
             "scrape_interval": scrape_interval,
             "scrape_timeout": scrape_interval,
@@ -156,6 +158,7 @@ def start_prometheus(
     extra_scrape_configs: Sequence[Mapping[str, Any]] = (),
     ready_timeout: float = 30.0,
     binary: str | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> Prometheus:
     """Start Prometheus on a free loopback port, storing everything under `workdir`.
 
@@ -167,8 +170,8 @@ def start_prometheus(
     if not binary:
         raise FileNotFoundError("prometheus not on PATH (run .ci/install-prometheus.sh)")
     workdir.mkdir(parents=True, exist_ok=True)
-    config = write_config(
-        workdir, targets, rule_files, scrape_interval, metrics_path, extra_scrape_configs
+    config_path = write_config(
+        workdir, targets, rule_files, scrape_interval, metrics_path, extra_scrape_configs, config
     )
     for _attempt in range(3):  # the free port may be taken between probe and bind
         port = free_port()
@@ -176,7 +179,7 @@ def start_prometheus(
             proc = subprocess.Popen(
                 [
                     binary,
-                    f"--config.file={config}",
+                    f"--config.file={config_path}",
                     f"--storage.tsdb.path={workdir / 'data'}",
                     f"--web.listen-address=127.0.0.1:{port}",
                     "--log.level=warn",

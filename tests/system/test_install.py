@@ -79,7 +79,8 @@ def test_installed_fairq_migrates_the_system_postgresql(
     env = clean_env(FAIRQ_DATABASE_URL=empty_dsn)
     sh(installed / "fairq", "migrate", cwd=installed.parent, env=env)
     sh(installed / "fairq", "migrate", cwd=installed.parent, env=env)  # idempotent
-    out = sh(installed / "python", "-m", "fairq", "migrate", "--sql", cwd=installed.parent,
+    out = sh(installed / "python", "-m", "fairq", "migrate", "--sql", "--from", "base",
+             cwd=installed.parent,
              env=env).stdout
     assert "CREATE TABLE" in out
     with psycopg.connect(empty_dsn) as conn:

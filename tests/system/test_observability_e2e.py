@@ -13,9 +13,11 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from support.observability import ALERTS, DASHBOARDS, SUBSTITUTIONS, UIDS, alert_exprs
+import yaml
+from support.observability import DASHBOARDS, SUBSTITUTIONS, UIDS, alert_exprs
 from support.paths import REPO
 from support.prom import (
     PromQLError,
@@ -30,6 +32,7 @@ from fairq.app import App
 from fairq.metrics import PrometheusObserver
 
 ROOT = REPO
+EXAMPLE = ROOT / "dashboards" / "prometheus.yml"
 TENANTS = {"acme": 3.0, "globex": 1.0, "initech": 1.0}
 
 pytestmark = pytest.mark.skipif(prometheus_binary() is None,
@@ -133,10 +136,24 @@ def flowing(dsn: str, tmp_path: Path) -> Iterator[list[str]]:
             print(f"--- {name} (tail)\n{log[-2000:]}")
 
 
-def test_every_dashboard_and_alert_expression_returns_data(flowing: list[str], tmp_path: Path
-                                                           ) -> None:
-    prom = start_prometheus(flowing, tmp_path / "prom", rule_files=[ALERTS],
-                            scrape_interval="1s")
+def example_config(workers: list[str], exporter: str) -> dict[str, Any]:
+    """dashboards/prometheus.yml, the example users start from, with this test's targets and a
+    1 s scrape interval."""
+    cfg: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    cfg["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
+    cfg["rule_files"] = [str((EXAMPLE.parent / f).resolve()) for f in cfg["rule_files"]]
+    jobs = {job["job_name"]: job for job in cfg["scrape_configs"]}
+    assert set(jobs) == {"fairq-workers", "fairq-exporter"}
+    jobs["fairq-workers"]["static_configs"] = [{"targets": workers}]
+    jobs["fairq-exporter"]["static_configs"] = [{"targets": [exporter]}]
+    return cfg
+
+
+def test_every_dashboard_and_alert_expression_returns_data(flowing: list[str], tmp_path: Path,
+                                                           dsn: str) -> None:
+    worker, exporter, producer = flowing
+    prom = start_prometheus([], tmp_path / "prom",
+                            config=example_config([worker, producer], exporter))
     try:
         prom.wait_scraped(samples=5, timeout=90)
         # Worker series (rates) and exporter series must both be in.
@@ -160,5 +177,33 @@ def test_every_dashboard_and_alert_expression_returns_data(flowing: list[str], t
         rules = prom.rules()
         assert {r["name"] for r in rules} >= set(alert_exprs())
         assert all(r.get("health") in ("ok", "unknown") for r in rules), rules
+        check_new_tenant_shows(prom, dsn)
     finally:
         prom.stop()
+
+
+def check_new_tenant_shows(prom: Any, dsn: str) -> None:
+    """A tenant that appears mid-run: its series' first sample is 0 and the burst follows, so
+    the per-tenant p95 of the waiting panel has it within two scrapes of its claims."""
+    with App(dsn, pool_size=1) as app:
+        app.tenants.set("hooli", weight=1.0, max_running=4)
+        ids = app.enqueue_many("work", [("hooli", {})] * 8)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(
+                (info := app.job(i)) is None or info.status == "queued" for i in ids):
+            time.sleep(0.05)
+    claimed_at = time.monotonic()
+    p95 = ('histogram_quantile(0.95, sum by (tenant, le) '
+           '(rate(fairq_job_wait_seconds_bucket{tenant="hooli"}[1m])))')
+    while True:  # a number, not NaN (which is what rate() of a burst in a first sample gives)
+        result = prom.query(p95)
+        if result and result[0]["value"][1] not in ("NaN", "+Inf"):
+            break
+        assert time.monotonic() - claimed_at < 30, f"no p95 for the new tenant: {result}"
+        time.sleep(0.2)
+    took = time.monotonic() - claimed_at
+    assert took <= 5.0, f"the new tenant's p95 took {took:.1f}s (scrapes every 1 s)"
+    first = prom.api("/api/v1/query_range", query='fairq_job_wait_seconds_count{tenant="hooli"}',
+                     start=str(time.time() - 120), end=str(time.time()), step="1s")
+    values = [float(v) for series in first["result"] for _, v in series["values"]]
+    assert values and values[0] == 0 and max(values) > 0, values

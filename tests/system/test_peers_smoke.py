@@ -26,7 +26,8 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def dsn() -> Any:
+def dsn(admin_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv(h.ADMIN_DSN_ENV, admin_dsn)  # the suite's server, embedded or not
     try:
         with psycopg.connect(h.admin_dsn(), connect_timeout=5):
             pass

@@ -34,6 +34,7 @@ COUNTERS = {
     "fairq_jobs_claimed_total",
     "fairq_jobs_finished_total",
     "fairq_leases_expired_total",
+    "fairq_jobs_inserted_total",
 }
 HISTOGRAMS = {
     "fairq_job_wait_seconds",
@@ -54,6 +55,7 @@ GAUGES = {
     "fairq_metrics_tenants_folded",
     "fairq_claim_replan_ratio",
     "fairq_jobs_last_autovacuum_timestamp_seconds",
+    "fairq_tenant_delayed_jobs",
 }
 METRICS = COUNTERS | HISTOGRAMS | GAUGES
 SERIES_NAMES = (
@@ -176,6 +178,7 @@ class SyntheticFairq:
         self.claimed = Counter("fairq_jobs_claimed_total", "", qtp, registry=reg)
         self.finished = Counter("fairq_jobs_finished_total", "", qto, registry=reg)
         self.expired = Counter("fairq_leases_expired_total", "", ["queue"], registry=reg)
+        self.inserted = Counter("fairq_jobs_inserted_total", "", [], registry=reg)
         self.wait = Histogram("fairq_job_wait_seconds", "", qt, registry=reg)
         self.run = Histogram("fairq_job_run_seconds", "", [*qt, "task"], registry=reg)
         self.claim = Histogram(
@@ -187,6 +190,7 @@ class SyntheticFairq:
             name: Gauge(name, "", labels, registry=reg)
             for name, labels in [
                 ("fairq_tenant_queued_jobs", qt),
+                ("fairq_tenant_delayed_jobs", qt),
                 ("fairq_tenant_running_jobs", qt),
                 ("fairq_tenant_max_running", ["tenant"]),
                 ("fairq_tenant_weight", ["tenant"]),
@@ -203,6 +207,7 @@ class SyntheticFairq:
             g["fairq_tenant_weight"].labels(tenant).set(weight)
             g["fairq_tenant_max_running"].labels(tenant).set(cap)
             g["fairq_tenant_queued_jobs"].labels("default", tenant).set(100 * (i + 1))
+            g["fairq_tenant_delayed_jobs"].labels("default", tenant).set(10 * i)
             g["fairq_tenant_running_jobs"].labels("default", tenant).set(cap // 2)
             g["fairq_oldest_runnable_job_age_seconds"].labels("default", tenant).set(
                 900 if tenant == "initech" else 20
@@ -231,6 +236,7 @@ class SyntheticFairq:
         self.planning.labels("weighted").observe(0.0004)
         self.execution.labels("weighted").observe(0.0015)
         self.expired.labels("default").inc()
+        self.inserted.inc(7)
         self.dead_tuples.inc(5000)
 
     def serve(self) -> ThreadingHTTPServer:

@@ -1,0 +1,134 @@
+-- An operator's statements: list jobs, retry failed ones, cancel a tenant's backlog, forget a
+-- tenant. Each is bounded by a limit and safe under running workers: a running job is never
+-- touched (its ownership stays with the worker holding its lease), queued jobs a claim holds are
+-- skipped (SKIP LOCKED), and tenant rows are locked in (queue, tenant) order like the finishes.
+
+-- name: list_jobs
+-- Newest first; every filter is optional (NULL: any).
+SELECT j.* FROM {schema}.jobs j
+WHERE (%(status)s::text IS NULL OR j.status = %(status)s::text)
+  AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+ORDER BY j.id DESC
+LIMIT %(limit)s;
+
+-- name: retry_jobs
+-- Failed (or cancelled) jobs back to queued, due now, with their attempts reset; the last error
+-- stays for reference. Either the ids given or, with ids NULL, up to `limit` failed jobs
+-- (optionally of one tenant). Their tenants become runnable by the engine's activation rule
+-- (docs/algorithm.md): an idle tenant starts at its queue's virtual time V; a tenant fairq has
+-- no schedule row for (deleted) gets one, as an enqueue would create it.
+-- (Two branches, each off when its parameter is: the ids go by the primary key, the failed
+-- jobs by the finished-jobs index.)
+WITH picked AS MATERIALIZED (
+    SELECT q.id FROM {schema}.jobs q
+    WHERE q.id IN (
+        (SELECT f.id FROM {schema}.jobs f
+         WHERE f.id = ANY(%(ids)s::bigint[]) AND f.status IN ('failed', 'cancelled'))
+        UNION ALL
+        (SELECT f.id FROM {schema}.jobs f
+         WHERE %(ids)s::bigint[] IS NULL AND f.status = 'failed'
+           AND (%(tenant)s::text IS NULL OR f.tenant = %(tenant)s::text)
+         ORDER BY f.finished_at
+         LIMIT %(limit)s))
+      AND q.status IN ('failed', 'cancelled')
+    ORDER BY q.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+retried AS (
+    UPDATE {schema}.jobs j
+    SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL,
+        locked_until = NULL, locked_by = NULL
+    FROM picked p WHERE j.id = p.id
+    RETURNING j.id, j.queue, j.tenant
+),
+per_tenant AS (SELECT DISTINCT r.queue, r.tenant FROM retried r),
+defaults AS (
+    SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running
+    FROM {schema}.settings WHERE key = 'tenant_defaults'
+),
+new_tenants AS (
+    INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active)
+    SELECT p.queue, p.tenant, coalesce(t.weight, d.weight, 1.0),
+           coalesce(t.max_running, d.max_running, 10), {schema}.queue_vtime(p.queue), true
+    FROM per_tenant p
+    LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
+    LEFT JOIN defaults d ON true
+    ORDER BY p.queue, p.tenant
+    ON CONFLICT (queue, tenant) DO NOTHING
+    RETURNING ts.queue
+),
+locked AS MATERIALIZED (
+    SELECT ts.queue, ts.tenant
+    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
+    ORDER BY ts.queue, ts.tenant
+    FOR NO KEY UPDATE OF ts
+),
+woken AS (
+    UPDATE {schema}.tenant_schedule ts
+    SET active = true, wake_at = NULL,
+        vtime = CASE WHEN ts.active THEN ts.vtime ELSE {schema}.queue_vtime(ts.queue) END
+    FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
+    RETURNING ts.queue
+)
+SELECT r.id, r.queue,
+       (SELECT count(pg_notify(%(channel)s, q.queue))
+        FROM (SELECT DISTINCT p.queue FROM per_tenant p) q) AS notified,
+       (SELECT count(*) FROM new_tenants) + (SELECT count(*) FROM woken) AS tenants_touched
+FROM retried r ORDER BY r.id;
+
+-- name: cancel_tenant
+-- A tenant's queued jobs (of one queue, or all) -> cancelled, up to `limit` in one statement.
+-- Running jobs finish; queued jobs a claim is taking right now are skipped (the claim wins).
+-- The tenant's schedule row is left to the claims: one that walks past an active tenant with
+-- no due job retires it.
+WITH picked AS MATERIALIZED (
+    SELECT q.id FROM {schema}.jobs q
+    WHERE q.tenant = %(tenant)s::text AND q.status = 'queued'
+      AND (%(queue)s::text IS NULL OR q.queue = %(queue)s::text)
+    ORDER BY q.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs j SET status = 'cancelled', finished_at = now()
+FROM picked p WHERE j.id = p.id AND j.status = 'queued'
+RETURNING j.id;
+
+-- name: delete_tenant_schedule
+-- Forget a tenant's schedule rows, first in its transaction: the delete waits for producers
+-- holding the rows (FOR KEY SHARE until their enqueue commits) and for claims and finishes, and
+-- an enqueue that comes after it waits for this transaction and then creates the row afresh.
+-- The transaction's next statement (tenant_jobs_pending, a fresh snapshot) then sees every job
+-- committed before, and the store rolls back if the tenant has any queued or running.
+DELETE FROM {schema}.tenant_schedule WHERE tenant = %(tenant)s RETURNING queue;
+
+-- name: tenant_jobs_pending
+SELECT count(*) FILTER (WHERE status = 'queued') AS queued,
+       count(*) FILTER (WHERE status = 'running') AS running
+FROM {schema}.jobs WHERE tenant = %(tenant)s AND status IN ('queued', 'running');
+
+-- name: restore_tenant_schedule
+-- After a delete: schedule rows for any queued job of the tenant that committed around it (an
+-- enqueue that was past its own row creation when the rows went), active at V as a new tenant.
+INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active)
+SELECT p.queue, p.tenant, coalesce(t.weight, d.weight, 1.0),
+       coalesce(t.max_running, d.max_running, 10), {schema}.queue_vtime(p.queue), true
+FROM (SELECT DISTINCT q.queue, q.tenant FROM {schema}.jobs q
+      WHERE q.tenant = %(tenant)s AND q.status = 'queued') p
+LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
+LEFT JOIN (SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running
+           FROM {schema}.settings WHERE key = 'tenant_defaults') d ON true
+ORDER BY p.queue
+ON CONFLICT (queue, tenant) DO NOTHING
+RETURNING ts.queue;
+
+-- name: delete_tenant_config
+-- The tenant's own weight and cap go; the defaults apply to it from the next claim.
+DELETE FROM {schema}.tenants WHERE tenant = %(tenant)s RETURNING tenant;
+
+-- name: sync_tenant_to_defaults
+UPDATE {schema}.tenant_schedule ts
+SET weight = %(weight)s, max_running = %(max_running)s
+WHERE ts.tenant = %(tenant)s AND (ts.weight <> %(weight)s OR ts.max_running <> %(max_running)s);

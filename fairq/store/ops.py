@@ -1,0 +1,81 @@
+"""An operator's database operations (``fairq jobs/retry/cancel --tenant/tenants delete|reset``).
+
+Kept apart from the hot path in ``pg.py``: these run rarely, by hand, and are bounded by a
+limit. The statements (``fairq/sql/ops.sql``) never touch a running job and skip queued jobs a
+claim holds, so they are safe while workers run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from fairq.errors import InvalidInput
+from fairq.models import JobInfo
+from fairq.store.pg import Store
+
+_JOB_FIELDS = {f.name for f in fields(JobInfo)}
+
+
+def _job(row: dict[str, Any]) -> JobInfo:
+    return JobInfo(**{k: v for k, v in row.items() if k in _JOB_FIELDS})
+
+
+def list_jobs(store: Store, *, status: str | None = None, tenant: str | None = None,
+              task: str | None = None, queue: str | None = None,
+              limit: int = 100) -> list[JobInfo]:
+    """Jobs matching every filter given, newest first, at most ``limit``."""
+    with store._tx() as cur:
+        cur.execute(store.q("list_jobs"), {"status": status, "tenant": tenant, "task": task,
+                                           "queue": queue, "limit": limit})
+        return [_job(r) for r in cur.fetchall()]
+
+
+def retry(store: Store, ids: list[int] | None, *, tenant: str | None = None,
+          limit: int = 1000) -> list[int]:
+    """Failed or cancelled jobs (``ids``, or with None up to ``limit`` failed ones, optionally
+    of ``tenant``) queued again, due now, attempts reset; returns the ids retried."""
+    with store._tx() as cur:
+        cur.execute(store.q("retry_jobs"), {"ids": ids, "tenant": tenant, "limit": limit,
+                                            "channel": store.channel})
+        return [int(r["id"]) for r in cur.fetchall()]
+
+
+def cancel_tenant(store: Store, tenant: str, *, queue: str | None = None,
+                  limit: int = 100_000) -> int:
+    """Cancel up to ``limit`` of ``tenant``'s queued jobs in one statement; returns how many."""
+    with store._tx() as cur:
+        cur.execute(store.q("cancel_tenant"), {"tenant": tenant, "queue": queue, "limit": limit})
+        return len(cur.fetchall())
+
+
+def reset_tenant(store: Store, tenant: str) -> bool:
+    """Drop ``tenant``'s own weight and cap: the defaults apply from the next claim. Returns
+    whether it had settings of its own."""
+    weight, max_running = store.get_defaults()
+    with store._tx(atomic=True) as cur:
+        cur.execute(store.q("delete_tenant_config"), {"tenant": tenant})
+        had = cur.fetchone() is not None
+        cur.execute(store.q("sync_tenant_to_defaults"),
+                    {"tenant": tenant, "weight": weight, "max_running": max_running})
+    return had
+
+
+def delete_tenant(store: Store, tenant: str) -> bool:
+    """Forget ``tenant``: its settings and its schedule rows. Refused (``InvalidInput``,
+    nothing changed) while it has queued or running jobs. Returns whether fairq knew it."""
+    with store._tx(atomic=True) as cur:
+        cur.execute(store.q("delete_tenant_schedule"), {"tenant": tenant})
+        scheduled = bool(cur.fetchall())
+        cur.execute(store.q("tenant_jobs_pending"), {"tenant": tenant})
+        row = cur.fetchone() or {"queued": 0, "running": 0}
+        if row["queued"] or row["running"]:
+            raise InvalidInput(
+                f"tenant {tenant!r} has {row['queued']} queued and {row['running']} running "
+                f"job(s): cancel them first (fairq cancel --tenant {tenant}) and let the running "
+                "ones finish")
+        cur.execute(store.q("delete_tenant_config"), {"tenant": tenant})
+        configured = cur.fetchone() is not None
+    with store._tx() as cur:
+        cur.execute(store.q("restore_tenant_schedule"), {"tenant": tenant})
+    return scheduled or configured
