@@ -105,6 +105,8 @@ class App:
         pooler: bool = False,
     ) -> None:
         self.schema = resolve_schema(schema)
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise InvalidInput(f"pool_size must be an integer >= 1, not {pool_size!r}")
         # Sees every enqueue made through this app (fairq_jobs_enqueued_total). A job enqueued
         # with connection= is counted when the call returns, even if that transaction rolls back.
         self.observer: WorkerObserver = observer or NullObserver()

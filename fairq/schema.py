@@ -35,7 +35,7 @@ FINISHED_STATUSES = ("done", "failed", "cancelled")
 
 # A schema name is an identifier we quote, but we still refuse anything exotic: it appears in
 # NOTIFY channel names, advisory-lock keys and operators' dashboards.
-_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # whole name: fullmatch
 
 # Per-table autovacuum settings for the jobs table (R21): a queue table churns, so vacuum it
 # after 1% of its rows died instead of PostgreSQL's default 20%.
@@ -64,7 +64,7 @@ def validate_schema_name(name: str) -> str:
     """Return ``name`` if it is a safe lower-case identifier, else raise ``InvalidInput``."""
     from fairq.errors import InvalidInput
 
-    if not isinstance(name, str) or not _SCHEMA_RE.match(name):
+    if not isinstance(name, str) or not _SCHEMA_RE.fullmatch(name):
         raise InvalidInput(
             f"invalid schema name {name!r}: use 1-63 characters of a-z, 0-9 and _, "
             "not starting with a digit"

@@ -27,6 +27,10 @@ def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[tuple[float, 
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise InvalidInput(f"tenant file not found: {path}") from None
+        except IsADirectoryError:
+            raise InvalidInput(f"tenant file {path} is a directory") from None
+        except OSError as exc:  # unreadable: permissions, a device...
+            raise InvalidInput(f"cannot read tenant file {path}: {exc.strerror or exc}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"{path}: not valid TOML: {exc}") from None
     unknown = set(data) - {"defaults", "tenants"}

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from fairq import validation as v
 from fairq.errors import InvalidInput
 from fairq.job import Job
 from fairq.listener import Listener
@@ -44,7 +45,7 @@ from fairq.maintenance import (
     StrandedWaker,
     VtimeRebase,
 )
-from fairq.models import ClaimedJob
+from fairq.models import ClaimedJob, UndecodablePayload
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.policies import get_policy
 from fairq.signals import SignalRelay
@@ -65,6 +66,16 @@ DEFAULT_MAX_BATCH = 10  # R5: up to 10 a round trip by default
 FINISH_REPLAY_SECONDS = 10.0
 REPLAY_CHUNK = 5000  # finishes per statement when they are written again
 GATHER_SECONDS = 0.002  # see Worker._gather
+MAX_CONCURRENCY = 1024  # slots are threads: beyond this the process runs out of them
+MAX_SECONDS = 10 * 365 * 86400.0  # any interval, grace or age a worker takes (ten years)
+
+
+def _seconds(value: object, low: float, *, exclusive: bool = False) -> bool:
+    """Whether ``value`` is a number of seconds from ``low`` (excluded if ``exclusive``) up to
+    MAX_SECONDS: ``inf`` and ``nan`` would make the loop's waits and dates fail later."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (value > low if exclusive else value >= low) and value <= MAX_SECONDS
 
 
 def describe_error(exc: BaseException) -> str:
@@ -95,6 +106,7 @@ class _Completion:
     error: str | None
     run_seconds: float
     retry_delay: float | None = None
+    final: bool = False  # fail for good: a retry could only fail the same way
 
 
 @dataclass
@@ -155,23 +167,33 @@ class Worker:
         max_backoff: float = 30.0,
         durable_finishes: bool = False,
     ) -> None:
-        if not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidInput(f"concurrency must be an integer >= 1, not {concurrency!r}")
+        if (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                or not 1 <= concurrency <= MAX_CONCURRENCY):
+            raise InvalidInput(f"concurrency must be an integer from 1 to {MAX_CONCURRENCY} "
+                               f"(one thread each), not {concurrency!r}")
         if batch is not None and (not isinstance(batch, int) or batch < 1):
             raise InvalidInput(f"batch must be an integer >= 1, not {batch!r}")
         for label, value in (("poll_interval", poll_interval), ("reap_interval", reap_interval),
                              ("wake_interval", wake_interval),
                              ("stranded_interval", stranded_interval),
                              ("vacuum_interval", vacuum_interval),
-                             ("prune_interval", prune_interval)):
-            if not value > 0:
-                raise InvalidInput(f"{label} must be > 0, not {value!r}")
-        if heartbeat_interval is not None and not heartbeat_interval > 0:
-            raise InvalidInput(f"heartbeat_interval must be > 0, not {heartbeat_interval!r}")
-        if not grace_period >= 0:
-            raise InvalidInput(f"grace_period must be >= 0, not {grace_period!r}")
-        if prune_after is not None and not prune_after >= 0:
-            raise InvalidInput(f"prune_after must be >= 0 seconds, not {prune_after!r}")
+                             ("prune_interval", prune_interval), ("max_backoff", max_backoff)):
+            if not _seconds(value, 0, exclusive=True):
+                raise InvalidInput(f"{label} must be a number of seconds > 0 and at most "
+                                   f"{MAX_SECONDS:g}, not {value!r}")
+        if heartbeat_interval is not None and not _seconds(heartbeat_interval, 0, exclusive=True):
+            raise InvalidInput(f"heartbeat_interval must be > 0 and at most {MAX_SECONDS:g} "
+                               f"seconds, not {heartbeat_interval!r}")
+        if not _seconds(grace_period, 0):
+            raise InvalidInput(f"grace_period must be >= 0 and at most {MAX_SECONDS:g} seconds, "
+                               f"not {grace_period!r}")
+        if prune_after is not None and not _seconds(prune_after, 0):
+            raise InvalidInput(f"prune_after must be >= 0 and at most {MAX_SECONDS:g} seconds, "
+                               f"not {prune_after!r}")
+        if isinstance(queues, str):
+            raise InvalidInput(f"queues must be a list of queue names, not the string {queues!r}")
+        if queues is not None:
+            queues = [v.name("queue", q) for q in queues]
         self.app = app
         self.concurrency = concurrency
         if queues:
@@ -408,11 +430,11 @@ class Worker:
         self._complete(job, error, time.monotonic() - t0)
 
     def _complete(self, job: Job, error: str | None, seconds: float,
-                  retry_delay: float | None = None) -> None:
+                  retry_delay: float | None = None, final: bool = False) -> None:
         with self._lock:
             if self._inflight.pop((job.id, job.attempt), None) is None:
                 return  # abandoned after the grace period: already handed back
-            self._completions.append(_Completion(job, error, seconds, retry_delay))
+            self._completions.append(_Completion(job, error, seconds, retry_delay, final))
         self._finish_wake.set()
         self._wake.set()  # a slot is free
 
@@ -423,14 +445,25 @@ class Worker:
             with self._lock:
                 self._inflight[(job.id, job.attempt)] = _Running(
                     job, now, now + self._heartbeat_every(job))
-            task = self.app.tasks.get(c.task)
-            if task is None:
-                known = ", ".join(sorted(self.app.tasks)) or "nothing"
-                self._complete(job, f"unknown task {c.task!r}: this worker knows {known}", 0.0)
-            elif task.is_async:
-                asyncio.run_coroutine_threadsafe(self._execute_async(job), self._async_loop())
-            else:
-                self._pending.put(job)
+            try:
+                self._hand_over(job)
+            except Exception as e:  # this job fails; the rest of the batch runs
+                self._complete(job, f"could not start the job: {describe_error(e)}", 0.0)
+
+    def _hand_over(self, job: Job) -> None:
+        """Give a claimed (and in-flight) job to its handler, or fail it when it cannot run."""
+        if isinstance(job.payload, UndecodablePayload):
+            self._complete(job, f"payload cannot be decoded ({job.payload.undecodable_payload}); "
+                           "failed without retries", 0.0, final=True)
+            return
+        task = self.app.tasks.get(job.task)
+        if task is None:
+            known = ", ".join(sorted(self.app.tasks)) or "nothing"
+            self._complete(job, f"unknown task {job.task!r}: this worker knows {known}", 0.0)
+        elif task.is_async:
+            asyncio.run_coroutine_threadsafe(self._execute_async(job), self._async_loop())
+        else:
+            self._pending.put(job)
 
     def _heartbeat_every(self, job: Job) -> float:
         return self.heartbeat_interval or max(0.1, job.lease_seconds / 3.0)
@@ -460,6 +493,12 @@ class Worker:
                     return
                 failures = 0
                 self.observer.on_loop(True)
+            except psycopg.errors.InsufficientPrivilege as e:
+                # Retrying cannot help: the role lacks the worker's grants (docs/roles.md).
+                raise InvalidInput(
+                    f"the database role may not run a worker ({str(e).strip().splitlines()[0]}); "
+                    "connect as a role given the worker's grants (`fairq roles --worker ROLE "
+                    "--apply`)") from None
             except (psycopg.Error, PoolTimeout) as e:
                 failures += 1
                 with self._lock:  # the finisher thread counts its errors here too
@@ -646,7 +685,7 @@ class Worker:
                                                    if c.error is None]))
                 repaired += len(store.finish_failed([
                     (c.job.id, c.job.attempt, c.error, c.retry_delay)
-                    for c in chunk if c.error is not None]))
+                    for c in chunk if c.error is not None], [c.job.id for c in chunk if c.final]))
         except BaseException:
             self._replay_finishes.set()
             raise
@@ -739,7 +778,7 @@ class Worker:
                 "done" if c.job.id in ok else "lease_lost") for c in done})
         if failed:
             rows = store.finish_failed([(c.job.id, c.job.attempt, c.error or "", c.retry_delay)
-                                        for c in failed])
+                                        for c in failed], [c.job.id for c in failed if c.final])
             status = {f.id: f.status for f in rows}
             self._finished(batch, {(c.job.id, c.job.attempt): (
                 "lease_lost" if (s := status.get(c.job.id)) is None

@@ -493,7 +493,8 @@ def run_case(dsn: str, case: Case, mode: str, extra: Mapping[str, str] | None = 
             ids = [r[0] for r in claimed]
             text = sql.statement(case.statement, SCHEMA)
             values = {"ids": ids, "attempts": [r[5] for r in claimed], "errors": ["boom"] * len(ids),
-                      "retry_delays": [None] * len(ids), "seconds": None}
+                      "retry_delays": [None] * len(ids), "seconds": None,
+                      "final": []}
             params = {k: v for k, v in values.items() if f"%({k})s" in text}
         with holding(dsn, case.queue) if case.hold_queue else nullcontext():
             notices.clear()

@@ -20,6 +20,7 @@ from fairq.errors import ConfigurationError, InvalidInput
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+MAX_PORT = 65535
 
 Handler = Callable[[argparse.Namespace], int]
 if TYPE_CHECKING:
@@ -162,12 +163,15 @@ def json_argument(kind: str) -> Callable[[str], Any]:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise argparse.ArgumentTypeError(f"{kind} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise argparse.ArgumentTypeError(f"{kind} is nested too deeply to decode") from None
 
     return parse
 
 
-def number(kind: str, *, minimum: float | None = None) -> Callable[[str], float]:
-    """An argparse type: a finite number (optionally >= ``minimum``)."""
+def number(kind: str, *, minimum: float | None = None,
+           maximum: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number (optionally >= ``minimum``, <= ``maximum``)."""
 
     def parse(text: str) -> float:
         try:
@@ -178,13 +182,16 @@ def number(kind: str, *, minimum: float | None = None) -> Callable[[str], float]
             raise argparse.ArgumentTypeError(f"{kind} must be finite, not {text!r}")
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"{kind} must be >= {minimum:g}, not {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{kind} must be <= {maximum:g}, not {text}")
         return value
 
     return parse
 
 
-def integer(kind: str, *, minimum: int | None = None) -> Callable[[str], int]:
-    """An argparse type: an integer (optionally >= ``minimum``)."""
+def integer(kind: str, *, minimum: int | None = None,
+            maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer (optionally >= ``minimum``, <= ``maximum``)."""
 
     def parse(text: str) -> int:
         try:
@@ -193,6 +200,8 @@ def integer(kind: str, *, minimum: int | None = None) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{kind} must be an integer, not {text!r}") from None
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"{kind} must be >= {minimum}, not {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{kind} must be <= {maximum}, not {value}")
         return value
 
     return parse

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from fairq.cli._common import (
     EXIT_OK,
+    MAX_PORT,
     add_log_level,
     check_connection,
     integer,
@@ -33,7 +34,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "The database is read at scrape time, at most once per --interval, under a statement "
         "timeout. Run one per database, not one per worker.",
     )
-    p.add_argument("--port", type=integer("port", minimum=0), default=DEFAULT_PORT,
+    p.add_argument("--port", type=integer("port", minimum=0, maximum=MAX_PORT), default=DEFAULT_PORT,
                    help=f"port for /metrics and /healthz (default {DEFAULT_PORT})")
     p.add_argument("--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
     p.add_argument("--interval", type=number("interval", minimum=0), default=5.0, metavar="S",
