@@ -76,10 +76,12 @@ class Tenants:
         return self._app.store.list_tenants()
 
     def apply(self, source: str | Any) -> builtins.list[TenantConfig]:
-        """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing."""
+        """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing.
+        Without a ``[defaults]`` table the defaults stay as they are."""
         from fairq.tenant_config import load_tenant_file
 
-        defaults, tenants = load_tenant_file(source)
+        load_tenant_file(source)  # a bad file: refused before any query
+        defaults, tenants = load_tenant_file(source, self._app.store.get_defaults())
         self._app.store.set_tenants(tenants, defaults=defaults)
         return tenants
 
