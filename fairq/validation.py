@@ -19,6 +19,10 @@ MAX_NAME = 200  # tenant, queue and task names (characters)
 MAX_PAYLOAD_DEPTH = 100
 MAX_PAYLOAD_BYTES = 1_048_576
 PRIORITY_RANGE = (-32768, 32767)
+# The longest lease (per task, per enqueue, per extension): a crashed worker's job comes back
+# at most this long after its last heartbeat. A handler that runs longer extends its lease
+# (the worker's heartbeats do it for it while it runs).
+MAX_LEASE_SECONDS = 24 * 3600
 # Tenant weights, inclusive. Virtual time advances by cost/weight per job (docs/algorithm.md):
 # a tiny weight makes that increment overflow float8 or dwarf everyone else's, a huge one makes
 # it too small to move vtime at all (absorbed by rounding).
@@ -154,7 +158,18 @@ def max_attempts(value: Any) -> int:
 
 
 def lease(value: Any) -> int:
-    return integer("lease", value, 1, 7 * 24 * 3600)
+    """A task's or job's lease in whole seconds, 1 to MAX_LEASE_SECONDS."""
+    return integer("lease", value, 1, MAX_LEASE_SECONDS)
+
+
+def lease_extension(value: Any) -> float:
+    """``Job.extend_lease(seconds)``: a number of seconds > 0, at most MAX_LEASE_SECONDS."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"lease extension must be a number of seconds, not {value!r}")
+    if not 0 < value <= MAX_LEASE_SECONDS:  # also refuses nan and inf
+        raise InvalidInput(f"lease extension must be > 0 and at most {MAX_LEASE_SECONDS} "
+                           f"seconds, not {value!r}")
+    return float(value)
 
 
 def run_at(run_at_value: Any, delay: Any) -> datetime | None:
