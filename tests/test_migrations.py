@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
 import fairq
@@ -111,6 +112,15 @@ def test_metadata_create_all_matches_the_migration(empty_dsn: str) -> None:
         engine.dispose()
     assert reloptions(empty_dsn, "fairq_md", "jobs") == JOBS_STORAGE
     assert drift(empty_dsn, "fairq_md") == []
+    migrate.upgrade(empty_dsn, "fairq")
+    with psycopg.connect(empty_dsn) as conn:  # settings' row-level security, both ways
+        policies = conn.execute(
+            "SELECT n.nspname, c.relrowsecurity, array_agg(p.polname ORDER BY p.polname) "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_policy p ON p.polrelid = c.oid WHERE c.relname = 'settings' "
+            "GROUP BY 1, 2 ORDER BY 1").fetchall()
+    names = ["settings_read", "settings_stamp_insert", "settings_stamp_update"]
+    assert policies == [("fairq", True, names), ("fairq_md", True, names)]
 
 
 def test_concurrent_migrations_from_many_processes_all_succeed(empty_dsn: str) -> None:
@@ -228,7 +238,8 @@ def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
     try:
         error = _refusal(app)
         assert isinstance(error, fairq.ConfigurationError), error
-        assert "at fairq revision 0001, this fairq needs 0003: run `fairq migrate`" in str(error)
+        head = ScriptDirectory.from_config(migrate._config(None, "fairq")).get_current_head()
+        assert f"at fairq revision 0001, this fairq needs {head}: run `fairq migrate`" in str(error)
         migrate.upgrade(empty_dsn, "fairq")
         app.worker(policy="fifo", listen=False).run(until_empty=True)  # at head: no complaint
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
@@ -238,7 +249,7 @@ def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
             worker = app.worker(policy="fifo", listen=False)
             worker.run(until_empty=True)
         assert worker.stats.done == 1
-        assert "9999_from_the_future, which this fairq (at 0003) does not know" in caplog.text
+        assert f"9999_from_the_future, which this fairq (at {head}) does not know" in caplog.text
     finally:
         app.close()
 
