@@ -219,6 +219,10 @@ class Worker:
         self._prune = (prune_after, prune_interval)
         self._store: Store | None = None
         self._finish_store: Store | None = None
+        self._heartbeat_store: Store | None = None
+        self._heartbeater: threading.Thread | None = None
+        self._heartbeat_wake = threading.Event()
+        self._heartbeat_exit = threading.Event()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -226,6 +230,9 @@ class Worker:
         self._hot: set[str] = set()
         self._poll_now = True
         self._inflight: dict[tuple[int, int], _Running] = {}
+        # Jobs whose handler returned and whose finish is not written yet (a held lock may delay
+        # it for a while): the heartbeat thread keeps their leases too.
+        self._unwritten: dict[tuple[int, int], _Running] = {}
         self._completions: list[_Completion] = []
         self._finishing = 0  # completions taken by a finish that has not returned yet
         self._stuck: set[tuple[str, str]] = set()  # (queue, tenant) whose row another tx holds
@@ -269,6 +276,19 @@ class Worker:
                 pooler=self.app.pooler, durable_commits=self.durable_finishes,
             )
         return self._finish_store
+
+    @property
+    def heartbeat_store(self) -> Store:
+        """The heartbeat thread's own connection: a claim waiting for a lock, or any slow
+        statement of the control thread, cannot delay the leases of running jobs."""
+        if self._heartbeat_store is None:
+            self._heartbeat_store = Store(
+                self.app.dsn, self.app.schema, min_size=1, max_size=1,
+                application_name=self.application_name, timeout=5.0,
+                prepare_threshold=getattr(self.app, "_prepare_threshold", 5),
+                pooler=self.app.pooler,
+            )
+        return self._heartbeat_store
 
     def stop(self) -> None:
         """Stop claiming; in-flight jobs get ``grace_period`` to finish; ``run()`` then returns."""
@@ -350,6 +370,9 @@ class Worker:
         self._finisher = threading.Thread(target=self._finish_loop, name="fairq-finisher",
                                           daemon=True)
         self._finisher.start()
+        self._heartbeater = threading.Thread(target=self._heartbeat_loop, name="fairq-heartbeat",
+                                             daemon=True)
+        self._heartbeater.start()
         if any(t.is_async for t in self.app.tasks.values()):
             self._async_loop()
         if self.listen:
@@ -375,6 +398,11 @@ class Worker:
             self._finish_wake.set()
             self._finisher.join(timeout=5.0)
             self._finisher = None
+        if self._heartbeater is not None:
+            self._heartbeat_exit.set()
+            self._heartbeat_wake.set()
+            self._heartbeater.join(timeout=5.0)
+            self._heartbeater = None
         for _ in self._slots:
             self._pending.put(None)
         for t in self._slots:
@@ -392,6 +420,9 @@ class Worker:
         if self._finish_store is not None:
             self._finish_store.close()
             self._finish_store = None
+        if self._heartbeat_store is not None:
+            self._heartbeat_store.close()
+            self._heartbeat_store = None
 
     def _on_notify(self, queues: frozenset[str]) -> None:
         with self._lock:
@@ -432,8 +463,10 @@ class Worker:
     def _complete(self, job: Job, error: str | None, seconds: float,
                   retry_delay: float | None = None, final: bool = False) -> None:
         with self._lock:
-            if self._inflight.pop((job.id, job.attempt), None) is None:
+            running = self._inflight.pop((job.id, job.attempt), None)
+            if running is None:
                 return  # abandoned after the grace period: already handed back
+            self._unwritten[(job.id, job.attempt)] = running
             self._completions.append(_Completion(job, error, seconds, retry_delay, final))
         self._finish_wake.set()
         self._wake.set()  # a slot is free
@@ -449,6 +482,7 @@ class Worker:
                 self._hand_over(job)
             except Exception as e:  # this job fails; the rest of the batch runs
                 self._complete(job, f"could not start the job: {describe_error(e)}", 0.0)
+        self._heartbeat_wake.set()  # new leases to keep
 
     def _hand_over(self, job: Job) -> None:
         """Give a claimed (and in-flight) job to its handler, or fail it when it cannot run."""
@@ -481,7 +515,6 @@ class Worker:
                 self._poll_now = False
                 busy = bool(self._inflight or self._hot)
             try:
-                self._heartbeat(store, now)
                 if (busy or poll) and schedule.run_due():
                     poll = True  # reaped or woken: there may be work now
                 claimed = self._claim_round(store, poll)
@@ -506,7 +539,15 @@ class Worker:
                 self.observer.on_loop(False)
                 delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 12))
                 delay *= random.uniform(0.5, 1.0)
-                if isinstance(e, psycopg.OperationalError | PoolTimeout):
+                if isinstance(e, psycopg.errors.LockNotAvailable):
+                    log.warning("lock timeout: a statement waited longer than lock_timeout for "
+                                "a lock another session holds (%s); retrying in %.2fs",
+                                str(e).strip()[:200], delay)
+                elif isinstance(e, psycopg.errors.QueryCanceled):
+                    log.warning("statement timeout: a statement ran longer than "
+                                "statement_timeout (%s); retrying in %.2fs",
+                                str(e).strip()[:200], delay)
+                elif isinstance(e, psycopg.OperationalError | PoolTimeout):
                     log.warning("database unavailable (%s: %s); retrying in %.2fs",
                                 type(e).__name__, str(e).strip()[:200], delay)
                     self._lost_connection(e)
@@ -536,7 +577,6 @@ class Worker:
             ready = bool((self._hot and free > 0) or self._poll_now)
             deadlines = [next_poll]
             if not ready and self._inflight:
-                deadlines.append(min(r.next_extend for r in self._inflight.values()))
                 deadlines.append(schedule.next_due())
         if not ready:
             if self.listen and not self.ready.is_set():
@@ -800,6 +840,8 @@ class Worker:
                             c.job.attempt, (c.error or "").splitlines()[0])
             self.observer.on_finish(c.job.claimed, outcome, c.run_seconds)
         with self._lock:  # their tenants' slots are free again: worth a claim
+            for c in written:
+                self._unwritten.pop((c.job.id, c.job.attempt), None)
             self._hot.update(c.job.queue for c in written)
             if not self.durable_finishes:
                 now = time.monotonic()
@@ -820,12 +862,46 @@ class Worker:
             elif outcome == "lease_lost":
                 s.lease_lost += 1
 
+    def _heartbeat_loop(self) -> None:
+        """The heartbeat thread: extends the leases of running jobs when they are due, on its
+        own connection, whatever the control thread is waiting for."""
+        failures = 0
+        while not self._heartbeat_exit.is_set():
+            with self._lock:
+                due = min((r.next_extend for r in (*self._inflight.values(),
+                                                   *self._unwritten.values())), default=None)
+            now = time.monotonic()
+            if due is None or due > now:
+                self._heartbeat_wake.wait(None if due is None else due - now)
+                self._heartbeat_wake.clear()  # the next turn looks again: nothing is lost
+                continue
+            try:
+                self._heartbeat(self.heartbeat_store, now)
+                failures = 0
+            except (psycopg.Error, PoolTimeout) as e:
+                failures += 1
+                delay = min(1.0, 0.05 * 2 ** min(failures, 5))  # a lease is at stake: retry soon
+                what = ("lock timeout" if isinstance(e, psycopg.errors.LockNotAvailable)
+                        else type(e).__name__)
+                log.warning("extending leases failed (%s: %s); retrying in %.2fs", what,
+                            str(e).strip()[:200], delay)
+                self._heartbeat_exit.wait(delay)
+            except Exception:  # a bug must not stop the heartbeats
+                log.exception("heartbeat error; retrying in 1s")
+                self._heartbeat_exit.wait(1.0)
+
     def _heartbeat(self, store: Store, now: float) -> None:
         with self._lock:
             due = [r for r in self._inflight.values() if r.next_extend <= now]
-        if not due:
+            done = [r for r in self._unwritten.values() if r.next_extend <= now]
+        if not due and not done:
             return
-        ours = store.extend_leases([(r.job.id, r.job.attempt) for r in due])
+        ours = store.extend_leases([(r.job.id, r.job.attempt) for r in (*due, *done)])
+        for r in done:
+            r.next_extend = now + self._heartbeat_every(r.job)
+            if r.job.id not in ours:  # its finish will find the lease lost and say so
+                with self._lock:
+                    self._unwritten.pop((r.job.id, r.job.attempt), None)
         for r in due:
             r.next_extend = now + self._heartbeat_every(r.job)
             if r.job.id not in ours and not r.job.lease_lost:

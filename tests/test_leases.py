@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 import fairq
+from fairq.store import Store
 from fairq.validation import MAX_LEASE_SECONDS
 
 
@@ -111,3 +112,59 @@ def test_drain_after_kill_9_finishes_every_job(dsn: str, tmp_path: Path) -> None
                            text=True, timeout=120)
     assert drain.returncode == 0, drain.stderr
     assert counts(dsn) == {"done": 300}, (stranded, drain.stderr)
+
+
+def test_a_held_lock_costs_no_lease(app: fairq.App, dsn: str,
+                                    caplog: pytest.LogCaptureFixture) -> None:
+    """Another session holds LOCK TABLE tenant_schedule for 9 s while a job with a 1 s lease
+    runs (and finishes) under it. The worker's claims and maintenance wait on their lock
+    timeout; its heartbeats do not (their own thread and connection). Other workers' reapers,
+    whose statements began at moments during the lock and proceed when it goes, find no expired
+    lease: the job runs once. The log names the lock timeout as such."""
+    attempts: list[int] = []
+    locked = threading.Event()
+
+    @app.task(name="long", lease=1, max_attempts=3)
+    def long(job: fairq.Job) -> None:
+        attempts.append(job.attempt)
+        if job.attempt == 1:
+            assert locked.wait(10)
+            time.sleep(6)  # six leases long, all under the lock
+
+    def other_reaper(delay: float) -> None:
+        time.sleep(delay)
+        store = Store(dsn, "fairq", lock_timeout_ms=60_000, min_size=1, max_size=1)
+        try:
+            reaped.append(store.reap_expired().total)
+        finally:
+            store.close()
+
+    reaped: list[int] = []
+    job_id = app.enqueue("long", tenant="a")
+    worker = app.worker(concurrency=2, poll_interval=0.2, reap_interval=0.2, listen=False)
+    runner = threading.Thread(target=worker.run, kwargs={"until_empty": True}, daemon=True)
+    with caplog.at_level("WARNING", logger="fairq"):
+        runner.start()
+        deadline = time.monotonic() + 30
+        while not attempts:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with psycopg.connect(dsn) as locker:
+            locker.execute("LOCK TABLE fairq.tenant_schedule")
+            locked.set()
+            reapers = [threading.Thread(target=other_reaper, args=(d,)) for d in (2.5, 5, 7.5)]
+            for r in reapers:
+                r.start()
+            time.sleep(9)
+            locker.rollback()
+        for r in reapers:
+            r.join(timeout=30)
+        runner.join(timeout=60)
+    assert not runner.is_alive()
+    assert reaped == [0, 0, 0]
+    with psycopg.connect(dsn) as c:
+        assert c.execute("SELECT status, attempts FROM fairq.jobs WHERE id = %s",
+                         (job_id,)).fetchone() == ("done", 1)
+    assert attempts == [1]
+    assert "lock timeout" in caplog.text
+    assert "database unavailable" not in caplog.text
