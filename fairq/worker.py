@@ -631,8 +631,11 @@ class Worker:
         except (psycopg.Error, PoolTimeout):
             self.observer.on_claim(q, self.policy.name, "error", time.perf_counter() - t0, [])
             raise
-        self.observer.on_claim(q, self.policy.name, "claimed" if jobs else "empty",
-                               time.perf_counter() - t0, jobs)
+        try:  # the jobs are ours now: an observer's error must not strand them
+            self.observer.on_claim(q, self.policy.name, "claimed" if jobs else "empty",
+                                   time.perf_counter() - t0, jobs)
+        except Exception:
+            log.exception("observer error in on_claim (the claimed jobs run anyway)")
         with self._lock:
             if len(jobs) >= want:
                 self._hot.add(q)

@@ -116,6 +116,21 @@ def test_undecodable_payload_fails_its_job_alone(app: fairq.App, dsn: str) -> No
     assert code == 0
 
 
+def test_an_observer_error_after_the_claim_strands_no_job(app: fairq.App, dsn: str) -> None:
+    from fairq.observe import NullObserver
+
+    class Broken(NullObserver):
+        def on_claim(self, *args: Any) -> None:
+            raise RuntimeError("metrics bug")
+
+    app.task(lambda job: None, name="t", lease=30)
+    ids = [app.enqueue("t", tenant=f"t{i}") for i in range(5)]
+    app.worker(concurrency=5, listen=False, poll_interval=0.2,
+               observer=Broken()).run(until_empty=True)
+    rows = job_rows(dsn)
+    assert [rows[i][1:3] for i in ids] == [("done", 1)] * 5
+
+
 def test_job_with_infinite_run_at_can_be_shown(app: fairq.App, dsn: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     job_id = app.enqueue("t", tenant="a")
