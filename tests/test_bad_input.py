@@ -627,7 +627,7 @@ def test_fairq_schema_garbage_exit_2(dsn: str, monkeypatch: pytest.MonkeyPatch, 
         "postgresql://u:{pw}@127.0.0.1:1/x?sslmode=bogus", "host=127.0.0.1 port=1 password={pw}",
         "password='{pw}' port=1 host=127.0.0.1 dbname=", "postgresql://u:{pw}@[::1/x",
         "mysql://u:{pw}@127.0.0.1/x", "postgresql://u:{pw}@127.0.0.1:1/x?connect_timeout=abc",
-        "=", "'", "host='unterminated password={pw}",
+        "=", "'", "host='unterminated password={pw}", ":// password={pw}",
     ]),
     st.text(min_size=1, max_size=30).map(lambda s: s + " password={pw}"),
 ))

@@ -57,7 +57,11 @@ def one_line(text: object) -> str:
 # -- secrets -------------------------------------------------------------------------------
 def _passwords(dsn: str) -> list[str]:
     """Passwords a DSN carries (URL userinfo or ``password=``), to scrub them from messages."""
-    found: list[str] = []
+    import re
+
+    # Any "password=" in it, even where neither parser below makes sense of the text.
+    found: list[str] = [m.strip("'") for m in re.findall(r"password\s*=\s*('[^']*'|\S+)", dsn,
+                                                          flags=re.IGNORECASE)]
     try:
         from psycopg.conninfo import conninfo_to_dict
 
