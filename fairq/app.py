@@ -91,10 +91,12 @@ class Tenants:
         return ops.delete_tenant(self._app.store, tenant)
 
     def apply(self, source: str | Any) -> builtins.list[TenantConfig]:
-        """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing."""
+        """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing.
+        Without a ``[defaults]`` table the defaults stay as they are."""
         from fairq.tenant_config import load_tenant_file
 
-        defaults, tenants = load_tenant_file(source)
+        load_tenant_file(source)  # a bad file: refused before any query
+        defaults, tenants = load_tenant_file(source, self._app.store.get_defaults())
         self._app.store.set_tenants(tenants, defaults=defaults)
         return tenants
 
@@ -120,6 +122,8 @@ class App:
         pooler: bool = False,
     ) -> None:
         self.schema = resolve_schema(schema)
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise InvalidInput(f"pool_size must be an integer >= 1, not {pool_size!r}")
         # Sees every enqueue made through this app (fairq_jobs_enqueued_total). A job enqueued
         # with connection= is counted when the call returns, even if that transaction rolls back.
         self.observer: WorkerObserver = observer or NullObserver()

@@ -56,6 +56,7 @@ def _parse_kv(dsn: str) -> dict[str, str]:
 
 _URL_USERINFO = re.compile(r"(://[^:/?#@]*:)[^@]*@")
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)", re.IGNORECASE)
 
 
 def redact(dsn: str) -> str:
@@ -73,5 +74,7 @@ def redact(dsn: str) -> str:
                 userinfo = userinfo.split(":", 1)[0] + ":***"
             netloc = f"{userinfo}@{host}"
         query = re.sub(r"(password=)[^&]*", r"\1***", parts.query, flags=re.IGNORECASE)
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        # A "password=" outside the query (garbage such as ":// password=x") is masked too.
+        return _URL_PASSWORD.sub(r"\1***", urlunsplit((parts.scheme, netloc, parts.path, query,
+                                                       parts.fragment)))
     return _KV_PASSWORD.sub(r"\1***", dsn)

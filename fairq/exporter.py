@@ -16,6 +16,10 @@ The ``tenant`` label is folded like the workers' (``fairq.metrics``): the top
 age (a small starving tenant stays visible) and the rest by backlog; the others are summed into
 ``tenant="__other__"`` (oldest age: the max). Gauges are rebuilt on every refresh, so a tenant
 that leaves the top set simply stops being exported. ``__other__`` has no weight or cap series.
+The ``queue`` label is bounded by the same limit: the largest queues keep their series, the rest
+are summed into ``queue="__other__"`` (no fairness series for it).
+
+It binds 127.0.0.1 unless told otherwise (``--host``): its series name customers (tenants).
 """
 
 from __future__ import annotations
@@ -72,6 +76,18 @@ def keep_tenants(rows: Sequence[TenantRow], limit: int) -> set[str]:
             break
         kept.add(t)
     return kept
+
+
+def keep_queues(rows: Sequence[TenantRow], leases: dict[str, int], limit: int) -> set[str]:
+    """The queues that keep their own series (the same limit as tenants): by backlog, then
+    oldest wait; the others are summed into ``queue="__other__"``."""
+    size: dict[str, tuple[int, float]] = {q: (n, 0.0) for q, n in leases.items()}
+    for r in rows:
+        n, age = size.get(r.queue, (0, 0.0))
+        size[r.queue] = (n + r.queued + r.running, max(age, r.oldest_age))
+    if len(size) <= limit:
+        return set(size)
+    return set(sorted(size, key=lambda q: (-size[q][0], -size[q][1], q))[:limit])
 
 
 def fairness(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float]
@@ -165,6 +181,7 @@ class DatabaseCollector:
                   table: dict[str, Any] | None, claims: dict[tuple[str, str], float]
                   ) -> list[Metric]:
         kept = keep_tenants(rows, self.max_tenants)
+        kept_queues = keep_queues(rows, leases, self.max_tenants)
         queued: dict[tuple[str, str], float] = {}
         running: dict[tuple[str, str], float] = {}
         delayed: dict[tuple[str, str], float] = {}
@@ -173,7 +190,7 @@ class DatabaseCollector:
         weights: dict[str, float] = {}
         for r in rows:
             label = r.tenant if r.tenant in kept else OTHER
-            key = (r.queue, label)
+            key = (r.queue if r.queue in kept_queues else OTHER, label)
             queued[key] = queued.get(key, 0.0) + r.queued
             running[key] = running.get(key, 0.0) + r.running
             delayed[key] = delayed.get(key, 0.0) + (r.queued - r.runnable)
@@ -215,14 +232,19 @@ class DatabaseCollector:
             f"Max over backlogged tenants of |share of claims - share of weight|, last "
             f"{self.window:g}s.", labels=["queue"])
         for queue, (jain, err) in fairness(rows, claims).items():
-            g_jain.add_metric([queue], jain)
-            g_err.add_metric([queue], err)
+            if queue in kept_queues:  # a folded queue's fairness is not a sum: not exported
+                g_jain.add_metric([queue], jain)
+                g_err.add_metric([queue], err)
         g_leases = GaugeMetricFamily(
             "fairq_leases_expired_unreaped_jobs",
             "Running jobs whose lease expired and that no reaper has returned yet "
             "(reaped ones: fairq_leases_expired_total from the workers).", labels=["queue"])
-        for queue in sorted({r.queue for r in rows} | set(leases)):
-            g_leases.add_metric([queue], float(leases.get(queue, 0)))
+        expired: dict[str, float] = {}
+        for queue in {r.queue for r in rows} | set(leases):
+            label = queue if queue in kept_queues else OTHER
+            expired[label] = expired.get(label, 0.0) + leases.get(queue, 0)
+        for queue in sorted(expired):
+            g_leases.add_metric([queue], expired[queue])
         folded = {r.tenant for r in rows} - kept
         g_folded = GaugeMetricFamily(
             "fairq_metrics_tenants_folded",
@@ -287,7 +309,7 @@ def build_registry(dsn: str, schema: str, *, max_tenants: int | None = None,
     return registry
 
 
-def run(dsn: str, schema: str, *, host: str = "0.0.0.0", port: int = 9765,
+def run(dsn: str, schema: str, *, host: str = "127.0.0.1", port: int = 9765,
         stop: threading.Event | None = None, ready: Any = None, **options: Any) -> None:
     """Serve until SIGTERM/SIGINT (or ``stop`` is set); /healthz = the database answers."""
     registry = build_registry(dsn, schema, **options)

@@ -52,15 +52,16 @@ class Job:
         return self.attempt
 
     def extend_lease(self, seconds: float | None = None) -> None:
-        """Push the lease ``seconds`` (default: the job's lease) from now (R10).
+        """Push the lease ``seconds`` (default: the job's lease) from now (R10), at most
+        ``fairq.validation.MAX_LEASE_SECONDS`` (``InvalidInput`` beyond it, nothing written).
 
         Raises ``fairq.LeaseLost`` when the fenced update touches no row: the job was reaped,
         re-claimed, finished or cancelled elsewhere, and this attempt should stop.
         """
-        if seconds is not None and not seconds > 0:
-            from fairq.errors import InvalidInput
+        if seconds is not None:
+            from fairq.validation import lease_extension
 
-            raise InvalidInput(f"lease extension must be > 0 seconds, not {seconds!r}")
+            seconds = lease_extension(seconds)
         if self.id not in self._store.extend_leases([(self.id, self.attempt)], seconds):
             self.lease_lost = True
             raise LeaseLost(f"job {self.id} attempt {self.attempt} is no longer ours")

@@ -17,6 +17,9 @@ demoted tenant's history into it would make it jump; moving it out again would m
 which Prometheus reads as a counter reset), and a re-promoted tenant's new series restarting at
 zero is an ordinary counter reset that ``rate()`` handles. Re-ranking happens at most once per
 ``rerank_seconds`` and favours current members, so series do not flap.
+
+The ``queue`` and ``task`` labels are folded the same way, with the same limit (a job's task or
+queue is whatever name a producer wrote: 300 unknown task names must not make 300 series).
 """
 
 from __future__ import annotations
@@ -174,6 +177,10 @@ class PrometheusObserver:
         self.registry = registry
         self.fold = TenantFold(max_tenants_from_env() if max_tenants is None else max_tenants,
                                rerank_seconds, clock)
+        # Queue and task names are data too (a job's task may be any name a producer wrote):
+        # their label values are folded the same way, with the same limit.
+        self.queue_fold = TenantFold(self.fold.limit, rerank_seconds, clock)
+        self.task_fold = TenantFold(self.fold.limit, rerank_seconds, clock)
         self.stale_after = stale_after
         self._clock = clock
         self._lock = threading.Lock()
@@ -194,12 +201,13 @@ class PrometheusObserver:
     # -- hooks (called by the worker; keep them cheap) -------------------------------------
     def on_enqueue(self, queue: str, tenant: str, count: int) -> None:
         with self._lock:
-            key = (queue, self._label(tenant, count))
+            key = (self._queue(queue, count), self._label(tenant, count))
             self._enqueued[key] = self._enqueued.get(key, 0.0) + count
 
     def on_claim(self, queue: str, policy: str, result: str, seconds: float,
                  jobs: Sequence[ClaimedJob]) -> None:
         with self._lock:
+            queue = self._queue(queue, 1.0 + len(jobs))
             self._leases.setdefault(queue, 0.0)  # the series exists from the first claim on
             h = self._claim.get((queue, policy, result))
             if h is None:
@@ -212,9 +220,9 @@ class PrometheusObserver:
             for job in jobs:
                 wait = job.wait_seconds
                 tenant = self._label(job.tenant, 1.0 + wait)
-                ck = (job.queue, tenant, policy)
+                ck = (queue, tenant, policy)  # a claim's jobs are all of its queue
                 self._claimed[ck] = self._claimed.get(ck, 0.0) + 1
-                wk = (job.queue, tenant)
+                wk = (queue, tenant)
                 w = self._wait.get(wk)
                 if w is None:
                     w = self._wait[wk] = Hist(WAIT_BUCKETS)
@@ -223,12 +231,13 @@ class PrometheusObserver:
     def on_finish(self, job: ClaimedJob, outcome: str, run_seconds: float) -> None:
         with self._lock:
             tenant = self._label(job.tenant, 1.0)
-            fk = (job.queue, tenant, outcome)
+            queue = self._queue(job.queue, 1.0)
+            fk = (queue, tenant, outcome)
             if fk not in self._finished:  # all outcomes at 0 from the first finish on
                 for o in OUTCOMES:
-                    self._finished.setdefault((job.queue, tenant, o), 0.0)
+                    self._finished.setdefault((queue, tenant, o), 0.0)
             self._finished[fk] = self._finished.get(fk, 0.0) + 1
-            rk = (job.queue, tenant, job.task)
+            rk = (queue, tenant, self._task(job.task))
             r = self._run.get(rk)
             if r is None:
                 r = self._run[rk] = Hist(RUN_BUCKETS)
@@ -236,6 +245,7 @@ class PrometheusObserver:
 
     def on_reap(self, queue: str, expired: int) -> None:
         with self._lock:
+            queue = self._queue(queue, expired)
             self._leases[queue] = self._leases.get(queue, 0.0) + expired
 
     def on_loop(self, healthy: bool) -> None:
@@ -260,25 +270,46 @@ class PrometheusObserver:
             self._rerank()
         return self.fold.label(tenant, activity)
 
-    def _rerank(self) -> None:
-        demoted = self.fold.rerank()
-        if not demoted:
-            return
+    def _queue(self, queue: str, activity: float) -> str:
+        """The ``queue`` label value: folded like tenants (caller holds the lock)."""
+        if self.queue_fold.due():
+            self._rerank()
+        return self.queue_fold.label(queue, activity)
+
+    def _task(self, task: str) -> str:
+        """The ``task`` label value: folded like tenants (caller holds the lock)."""
+        if self.task_fold.due():
+            self._rerank()
+        return self.task_fold.label(task, 1.0)
+
+    def _rerank(self, force: bool = False) -> None:
+        """Re-rank each fold that is due (all with ``force``) and drop its demoted series."""
         tables: tuple[dict[Any, Any], ...] = (
             self._enqueued, self._claimed, self._finished, self._wait, self._run)
-        for table in tables:
-            for key in [k for k in table if k[1] in demoted]:
-                del table[key]
+        folds = ((self.fold, 1, tables), (self.queue_fold, 0, (*tables, self._claim)),
+                 (self.task_fold, 2, (self._run,)))
+        for fold, position, in_tables in folds:
+            if not (force or fold.due()):
+                continue
+            demoted = fold.rerank()
+            if not demoted:
+                continue
+            for table in in_tables:
+                for key in [k for k in table if k[position] in demoted]:
+                    del table[key]
+            if fold is self.queue_fold:
+                for queue in demoted:
+                    self._leases.pop(queue, None)
 
     def rerank_now(self) -> None:
         """Re-rank immediately (tests, or an operator-triggered refresh)."""
         with self._lock:
-            self._rerank()
+            self._rerank(force=True)
 
     # -- exposition --------------------------------------------------------------------------
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            if self.fold.due():
+            if self.fold.due() or self.queue_fold.due() or self.task_fold.due():
                 self._rerank()
             enq = CounterMetricFamily(
                 "fairq_jobs_enqueued", "Jobs enqueued by this process.", labels=["queue", "tenant"])
@@ -347,8 +378,15 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
+        """A URL to reach the server from this host (127.0.0.1 when bound to every interface)."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else str(self.host)
         return f"http://{host}:{self.port}"
+
+    @property
+    def bound_url(self) -> str:
+        """The address actually bound, for logs: ``0.0.0.0`` means every interface."""
+        host = str(self.host)
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -81,6 +81,18 @@ class NewJobColumns:
 
 
 @dataclass(frozen=True, slots=True)
+class UndecodablePayload:
+    """Stands for a stored payload that does not decode as JSON in Python (nested deeper than
+    its recursion limit, say): the job that holds it fails alone, and ``fairq job`` still
+    shows the job, with this in place of its payload."""
+
+    undecodable_payload: str  # why: the decoder's error
+
+    def __str__(self) -> str:
+        return f"undecodable payload: {self.undecodable_payload}"
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedJob:
     """A job a worker now holds a lease on; ``attempts`` fences every later write (R7)."""
 

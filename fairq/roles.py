@@ -13,12 +13,12 @@ from fairq.errors import InvalidInput
 from fairq.names import validate_schema_name
 
 KINDS = ("worker", "producer", "monitor")
-_ROLE_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_ROLE_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # whole name: fullmatch
 
 
 def validate_role_name(name: str) -> str:
     """A role name we are willing to put in a GRANT: the same rule as schema names."""
-    if not isinstance(name, str) or not _ROLE_RE.match(name):
+    if not isinstance(name, str) or not _ROLE_RE.fullmatch(name):
         raise InvalidInput(f"invalid role name {name!r}: use 1-63 characters of a-z, 0-9 and _, "
                            "not starting with a digit")
     return name

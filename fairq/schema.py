@@ -55,6 +55,20 @@ def engine_functions_ddl(schema: str) -> str:
     return text.replace("{schema}", f'"{validate_schema_name(schema)}"')
 
 
+def settings_policy_ddl(schema: str) -> str:
+    """Row-level security on ``settings``: every role may read it, but a role other than the
+    owner may write only the maintenance stamps (``maintenance:*`` keys), never the tenant
+    defaults (weights and caps). The owner (``fairq tenants``) is not subject to it."""
+    s = f'"{validate_schema_name(schema)}"'
+    stamp = "key LIKE 'maintenance:%'"
+    return (f"ALTER TABLE {s}.settings ENABLE ROW LEVEL SECURITY;\n"
+            f"CREATE POLICY settings_read ON {s}.settings FOR SELECT USING (true);\n"
+            f"CREATE POLICY settings_stamp_insert ON {s}.settings FOR INSERT "
+            f"WITH CHECK ({stamp});\n"
+            f"CREATE POLICY settings_stamp_update ON {s}.settings FOR UPDATE "
+            f"USING ({stamp}) WITH CHECK ({stamp})")
+
+
 def jobs_storage_ddl(schema: str) -> str:
     """``ALTER TABLE`` setting the jobs table's autovacuum and fill-factor parameters."""
     params = ", ".join(f"{k} = {v}" for k, v in JOBS_STORAGE.items())
@@ -152,13 +166,17 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     )
 
     # Key/value settings: the tenant defaults and the maintenance schedule.
-    Table(
+    settings = Table(
         "settings",
         md,
         Column("key", Text, nullable=False),
         Column("value", JSONB, nullable=False),
         PrimaryKeyConstraint("key", name="settings_pkey"),
     )
+    # Its row-level security (migration 0004): workers write stamps, never tenant defaults.
+    # (DDL formats its text with %: the policies' LIKE pattern is escaped for it.)
+    event.listen(settings, "after_create",
+                 DDL(settings_policy_ddl(schema).replace("%", "%%")))  # type: ignore[no-untyped-call]
 
     # The scheduler's per (queue, tenant) state. weight and max_running are copies of the
     # tenant's configuration so the claim reads one row; `running` is the exact count of this

@@ -13,11 +13,16 @@ from fairq.models import TenantConfig
 _KEYS = {"weight", "max_running"}
 
 
-def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[tuple[float, int], list[TenantConfig]]:
+def load_tenant_file(
+    source: str | Path | dict[str, Any], current_defaults: tuple[float, int] = (1.0, 10),
+) -> tuple[tuple[float, int] | None, list[TenantConfig]]:
     """Return (defaults, tenants) from a TOML path or an already-parsed dict.
 
-    Tenants named in the file get exactly the file's values, with the file's ``[defaults]`` (or
-    weight 1.0 / max_running 10) for fields they leave out.
+    ``defaults`` is None when the file has no ``[defaults]`` table: applying it leaves the
+    defaults as they are (an operator who paused unknown tenants with ``max_running = 0`` does
+    not unpause them by applying a file that lists one tenant). A field ``[defaults]`` leaves
+    out keeps its ``current_defaults`` value. Tenants named in the file get exactly the file's
+    values, with the resulting defaults for fields they leave out.
     """
     if isinstance(source, dict):
         data = source
@@ -27,6 +32,10 @@ def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[tuple[float, 
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise InvalidInput(f"tenant file not found: {path}") from None
+        except IsADirectoryError:
+            raise InvalidInput(f"tenant file {path} is a directory") from None
+        except OSError as exc:  # unreadable: permissions, a device...
+            raise InvalidInput(f"cannot read tenant file {path}: {exc.strerror or exc}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"{path}: not valid TOML: {exc}") from None
     unknown = set(data) - {"defaults", "tenants"}
@@ -38,8 +47,8 @@ def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[tuple[float, 
     _check_keys("[defaults]", raw_defaults)
     try:
         defaults = (
-            v.weight(raw_defaults.get("weight", 1.0)),
-            v.max_running(raw_defaults.get("max_running", 10)),
+            v.weight(raw_defaults.get("weight", current_defaults[0])),
+            v.max_running(raw_defaults.get("max_running", current_defaults[1])),
         )
     except InvalidInput as exc:
         raise InvalidInput(f"[defaults]: {exc}") from None
@@ -60,7 +69,7 @@ def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[tuple[float, 
             ))
         except InvalidInput as exc:
             raise InvalidInput(f"[tenants.{name!r}]: {exc}") from None
-    return defaults, tenants
+    return (defaults if "defaults" in data else None), tenants
 
 
 def _check_keys(where: str, table: dict[str, Any]) -> None:

@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
 from fairq.errors import InvalidInput
 
 MAX_NAME = 200  # tenant, queue and task names (characters)
-MAX_PAYLOAD_BYTES = 1_000_000  # encoded JSON payload
+# Payload limits, checked at enqueue (docs/reliability.md). The depth is the nesting of arrays
+# and objects (a scalar is depth 0, ``[]`` and ``{}`` depth 1): far below the ~1,000 levels at
+# which Python's json module raises RecursionError, so every accepted payload decodes in the
+# worker. The size is of the JSON text as UTF-8.
+MAX_PAYLOAD_DEPTH = 100
+MAX_PAYLOAD_BYTES = 1_048_576
 PRIORITY_RANGE = (-32768, 32767)
+# The longest lease (per task, per enqueue, per extension): a crashed worker's job comes back
+# at most this long after its last heartbeat. A handler that runs longer extends its lease
+# (the worker's heartbeats do it for it while it runs).
+MAX_LEASE_SECONDS = 24 * 3600
 # Tenant weights, inclusive. Virtual time advances by cost/weight per job (docs/algorithm.md):
 # a tiny weight makes that increment overflow float8 or dwarf everyone else's, a huge one makes
 # it too small to move vtime at all (absorbed by rounding).
@@ -42,12 +52,48 @@ def name(kind: str, value: Any) -> str:
 _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
+# A JSON string, or a float Python wrote with a positive exponent and no fraction ("1e+20").
+_STRING_OR_EXP_FLOAT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?e\+\d+)')
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _keep_float(match: re.Match[str]) -> str:
+    """A float such as ``1e+20`` written as ``100000000000000000000.0``: jsonb keeps numbers as
+    numeric, which prints ``1e+20`` as an integer, and the handler would get an int back."""
+    number = match.group(1)
+    if number is None:
+        return match.group(0)
+    return f"{int(float(number))}.0"  # >= 1e16 in magnitude: an integer value, exact
+
+
+def payload_depth(text: str) -> int:
+    """The nesting depth of arrays and objects in JSON ``text`` (0 for a scalar)."""
+    depth = deepest = 0
+    for c in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+        depth += 1 if c in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def payload(value: Any) -> str:
-    """Encode a payload as JSON text; refuse what jsonb cannot store or what is too big."""
+    """Encode a payload as JSON text; refuse what jsonb cannot store, what is nested deeper than
+    MAX_PAYLOAD_DEPTH or what is bigger than MAX_PAYLOAD_BYTES."""
     try:
         text = _ENCODER.encode(value)
+    except RecursionError:
+        raise InvalidInput(f"payload is nested too deeply; the limit is {MAX_PAYLOAD_DEPTH} "
+                           "levels of arrays and objects") from None
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload is not JSON-serialisable: {exc}") from None
+    if "e+" in text:
+        text = _STRING_OR_EXP_FLOAT.sub(_keep_float, text)
+    # Fewer opening brackets than the limit (strings included) cannot nest deeper than it.
+    if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH:
+        depth = payload_depth(text)
+        if depth > MAX_PAYLOAD_DEPTH:
+            raise InvalidInput(f"payload is nested {depth} levels deep; the limit is "
+                               f"{MAX_PAYLOAD_DEPTH} levels of arrays and objects")
     if "\\u0000" in text:
         raise InvalidInput("payload must not contain NUL characters (jsonb cannot store them)")
     if text.isascii():  # the common case: one byte a character, no surrogate
@@ -112,7 +158,18 @@ def max_attempts(value: Any) -> int:
 
 
 def lease(value: Any) -> int:
-    return integer("lease", value, 1, 7 * 24 * 3600)
+    """A task's or job's lease in whole seconds, 1 to MAX_LEASE_SECONDS."""
+    return integer("lease", value, 1, MAX_LEASE_SECONDS)
+
+
+def lease_extension(value: Any) -> float:
+    """``Job.extend_lease(seconds)``: a number of seconds > 0, at most MAX_LEASE_SECONDS."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"lease extension must be a number of seconds, not {value!r}")
+    if not 0 < value <= MAX_LEASE_SECONDS:  # also refuses nan and inf
+        raise InvalidInput(f"lease extension must be > 0 and at most {MAX_LEASE_SECONDS} "
+                           f"seconds, not {value!r}")
+    return float(value)
 
 
 def run_at(run_at_value: Any, delay: Any) -> datetime | None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from fairq import validation as v
 from fairq.errors import InvalidInput
 from fairq.failure_log import FailureLog
 from fairq.job import Job
@@ -46,7 +47,7 @@ from fairq.maintenance import (
     StrandedWaker,
     VtimeRebase,
 )
-from fairq.models import ClaimedJob
+from fairq.models import ClaimedJob, UndecodablePayload
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.policies import get_policy
 from fairq.results import encode_result
@@ -68,6 +69,16 @@ DEFAULT_MAX_BATCH = 10  # R5: up to 10 a round trip by default
 FINISH_REPLAY_SECONDS = 10.0
 REPLAY_CHUNK = 5000  # finishes per statement when they are written again
 GATHER_SECONDS = 0.002  # see Worker._gather
+MAX_CONCURRENCY = 1024  # slots are threads: beyond this the process runs out of them
+MAX_SECONDS = 10 * 365 * 86400.0  # any interval, grace or age a worker takes (ten years)
+
+
+def _seconds(value: object, low: float, *, exclusive: bool = False) -> bool:
+    """Whether ``value`` is a number of seconds from ``low`` (excluded if ``exclusive``) up to
+    MAX_SECONDS: ``inf`` and ``nan`` would make the loop's waits and dates fail later."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (value > low if exclusive else value >= low) and value <= MAX_SECONDS
 
 
 def describe_error(exc: BaseException) -> str:
@@ -100,6 +111,7 @@ class _Completion:
     retry_delay: float | None = None
     result: str | None = None  # the handler's return value as JSON (fairq.results)
     note: str | None = None    # why it was not stored
+    final: bool = False  # fail for good: a retry could only fail the same way
 
 
 @dataclass
@@ -160,23 +172,33 @@ class Worker:
         max_backoff: float = 30.0,
         durable_finishes: bool = False,
     ) -> None:
-        if not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidInput(f"concurrency must be an integer >= 1, not {concurrency!r}")
+        if (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                or not 1 <= concurrency <= MAX_CONCURRENCY):
+            raise InvalidInput(f"concurrency must be an integer from 1 to {MAX_CONCURRENCY} "
+                               f"(one thread each), not {concurrency!r}")
         if batch is not None and (not isinstance(batch, int) or batch < 1):
             raise InvalidInput(f"batch must be an integer >= 1, not {batch!r}")
         for label, value in (("poll_interval", poll_interval), ("reap_interval", reap_interval),
                              ("wake_interval", wake_interval),
                              ("stranded_interval", stranded_interval),
                              ("vacuum_interval", vacuum_interval),
-                             ("prune_interval", prune_interval)):
-            if not value > 0:
-                raise InvalidInput(f"{label} must be > 0, not {value!r}")
-        if heartbeat_interval is not None and not heartbeat_interval > 0:
-            raise InvalidInput(f"heartbeat_interval must be > 0, not {heartbeat_interval!r}")
-        if not grace_period >= 0:
-            raise InvalidInput(f"grace_period must be >= 0, not {grace_period!r}")
-        if prune_after is not None and not prune_after >= 0:
-            raise InvalidInput(f"prune_after must be >= 0 seconds, not {prune_after!r}")
+                             ("prune_interval", prune_interval), ("max_backoff", max_backoff)):
+            if not _seconds(value, 0, exclusive=True):
+                raise InvalidInput(f"{label} must be a number of seconds > 0 and at most "
+                                   f"{MAX_SECONDS:g}, not {value!r}")
+        if heartbeat_interval is not None and not _seconds(heartbeat_interval, 0, exclusive=True):
+            raise InvalidInput(f"heartbeat_interval must be > 0 and at most {MAX_SECONDS:g} "
+                               f"seconds, not {heartbeat_interval!r}")
+        if not _seconds(grace_period, 0):
+            raise InvalidInput(f"grace_period must be >= 0 and at most {MAX_SECONDS:g} seconds, "
+                               f"not {grace_period!r}")
+        if prune_after is not None and not _seconds(prune_after, 0):
+            raise InvalidInput(f"prune_after must be >= 0 and at most {MAX_SECONDS:g} seconds, "
+                               f"not {prune_after!r}")
+        if isinstance(queues, str):
+            raise InvalidInput(f"queues must be a list of queue names, not the string {queues!r}")
+        if queues is not None:
+            queues = [v.name("queue", q) for q in queues]
         self.app = app
         self.concurrency = concurrency
         if queues:
@@ -203,6 +225,10 @@ class Worker:
         self._prune = (prune_after, prune_interval)
         self._store: Store | None = None
         self._finish_store: Store | None = None
+        self._heartbeat_store: Store | None = None
+        self._heartbeater: threading.Thread | None = None
+        self._heartbeat_wake = threading.Event()
+        self._heartbeat_exit = threading.Event()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -210,6 +236,9 @@ class Worker:
         self._hot: set[str] = set()
         self._poll_now = True
         self._inflight: dict[tuple[int, int], _Running] = {}
+        # Jobs whose handler returned and whose finish is not written yet (a held lock may delay
+        # it for a while): the heartbeat thread keeps their leases too.
+        self._unwritten: dict[tuple[int, int], _Running] = {}
         self._completions: list[_Completion] = []
         self._finishing = 0  # completions taken by a finish that has not returned yet
         self._stuck: set[tuple[str, str]] = set()  # (queue, tenant) whose row another tx holds
@@ -253,6 +282,19 @@ class Worker:
                 pooler=self.app.pooler, durable_commits=self.durable_finishes,
             )
         return self._finish_store
+
+    @property
+    def heartbeat_store(self) -> Store:
+        """The heartbeat thread's own connection: a claim waiting for a lock, or any slow
+        statement of the control thread, cannot delay the leases of running jobs."""
+        if self._heartbeat_store is None:
+            self._heartbeat_store = Store(
+                self.app.dsn, self.app.schema, min_size=1, max_size=1,
+                application_name=self.application_name, timeout=5.0,
+                prepare_threshold=getattr(self.app, "_prepare_threshold", 5),
+                pooler=self.app.pooler,
+            )
+        return self._heartbeat_store
 
     def stop(self) -> None:
         """Stop claiming; in-flight jobs get ``grace_period`` to finish; ``run()`` then returns."""
@@ -336,6 +378,9 @@ class Worker:
         self._finisher = threading.Thread(target=self._finish_loop, name="fairq-finisher",
                                           daemon=True)
         self._finisher.start()
+        self._heartbeater = threading.Thread(target=self._heartbeat_loop, name="fairq-heartbeat",
+                                             daemon=True)
+        self._heartbeater.start()
         if any(t.is_async for t in self.app.tasks.values()):
             self._async_loop()
         if self.listen:
@@ -361,6 +406,11 @@ class Worker:
             self._finish_wake.set()
             self._finisher.join(timeout=5.0)
             self._finisher = None
+        if self._heartbeater is not None:
+            self._heartbeat_exit.set()
+            self._heartbeat_wake.set()
+            self._heartbeater.join(timeout=5.0)
+            self._heartbeater = None
         for _ in self._slots:
             self._pending.put(None)
         for t in self._slots:
@@ -378,6 +428,9 @@ class Worker:
         if self._finish_store is not None:
             self._finish_store.close()
             self._finish_store = None
+        if self._heartbeat_store is not None:
+            self._heartbeat_store.close()
+            self._heartbeat_store = None
 
     def _on_notify(self, queues: frozenset[str]) -> None:
         with self._lock:
@@ -419,11 +472,15 @@ class Worker:
 
     def _complete(self, job: Job, error: str | None, seconds: float,
                   retry_delay: float | None = None,
-                  result: tuple[str | None, str | None] = (None, None)) -> None:
+                  result: tuple[str | None, str | None] = (None, None),
+                  final: bool = False) -> None:
         with self._lock:
-            if self._inflight.pop((job.id, job.attempt), None) is None:
+            running = self._inflight.pop((job.id, job.attempt), None)
+            if running is None:
                 return  # abandoned after the grace period: already handed back
-            self._completions.append(_Completion(job, error, seconds, retry_delay, *result))
+            self._unwritten[(job.id, job.attempt)] = running
+            self._completions.append(_Completion(job, error, seconds, retry_delay, *result,
+                                                 final=final))
         if error is not None:
             self.failure_log.failed(job, error)
         self._finish_wake.set()
@@ -436,14 +493,26 @@ class Worker:
             with self._lock:
                 self._inflight[(job.id, job.attempt)] = _Running(
                     job, now, now + self._heartbeat_every(job))
-            task = self.app.tasks.get(c.task)
-            if task is None:
-                known = ", ".join(sorted(self.app.tasks)) or "nothing"
-                self._complete(job, f"unknown task {c.task!r}: this worker knows {known}", 0.0)
-            elif task.is_async:
-                asyncio.run_coroutine_threadsafe(self._execute_async(job), self._async_loop())
-            else:
-                self._pending.put(job)
+            try:
+                self._hand_over(job)
+            except Exception as e:  # this job fails; the rest of the batch runs
+                self._complete(job, f"could not start the job: {describe_error(e)}", 0.0)
+        self._heartbeat_wake.set()  # new leases to keep
+
+    def _hand_over(self, job: Job) -> None:
+        """Give a claimed (and in-flight) job to its handler, or fail it when it cannot run."""
+        if isinstance(job.payload, UndecodablePayload):
+            self._complete(job, f"payload cannot be decoded ({job.payload.undecodable_payload}); "
+                           "failed without retries", 0.0, final=True)
+            return
+        task = self.app.tasks.get(job.task)
+        if task is None:
+            known = ", ".join(sorted(self.app.tasks)) or "nothing"
+            self._complete(job, f"unknown task {job.task!r}: this worker knows {known}", 0.0)
+        elif task.is_async:
+            asyncio.run_coroutine_threadsafe(self._execute_async(job), self._async_loop())
+        else:
+            self._pending.put(job)
 
     def _heartbeat_every(self, job: Job) -> float:
         return self.heartbeat_interval or max(0.1, job.lease_seconds / 3.0)
@@ -461,7 +530,6 @@ class Worker:
                 self._poll_now = False
                 busy = bool(self._inflight or self._hot)
             try:
-                self._heartbeat(store, now)
                 if (busy or poll) and schedule.run_due():
                     poll = True  # reaped or woken: there may be work now
                 claimed = self._claim_round(store, poll)
@@ -473,6 +541,12 @@ class Worker:
                     return
                 failures = 0
                 self.observer.on_loop(True)
+            except psycopg.errors.InsufficientPrivilege as e:
+                # Retrying cannot help: the role lacks the worker's grants (docs/roles.md).
+                raise InvalidInput(
+                    f"the database role may not run a worker ({str(e).strip().splitlines()[0]}); "
+                    "connect as a role given the worker's grants (`fairq roles --worker ROLE "
+                    "--apply`)") from None
             except (psycopg.Error, PoolTimeout) as e:
                 failures += 1
                 with self._lock:  # the finisher thread counts its errors here too
@@ -480,7 +554,15 @@ class Worker:
                 self.observer.on_loop(False)
                 delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 12))
                 delay *= random.uniform(0.5, 1.0)
-                if isinstance(e, psycopg.OperationalError | PoolTimeout):
+                if isinstance(e, psycopg.errors.LockNotAvailable):
+                    log.warning("lock timeout: a statement waited longer than lock_timeout for "
+                                "a lock another session holds (%s); retrying in %.2fs",
+                                str(e).strip()[:200], delay)
+                elif isinstance(e, psycopg.errors.QueryCanceled):
+                    log.warning("statement timeout: a statement ran longer than "
+                                "statement_timeout (%s); retrying in %.2fs",
+                                str(e).strip()[:200], delay)
+                elif isinstance(e, psycopg.OperationalError | PoolTimeout):
                     log.warning("database unavailable (%s: %s); retrying in %.2fs",
                                 type(e).__name__, str(e).strip()[:200], delay)
                     self._lost_connection(e)
@@ -510,7 +592,6 @@ class Worker:
             ready = bool((self._hot and free > 0) or self._poll_now)
             deadlines = [next_poll]
             if not ready and self._inflight:
-                deadlines.append(min(r.next_extend for r in self._inflight.values()))
                 deadlines.append(schedule.next_due())
         if not ready:
             if self.listen and not self.ready.is_set():
@@ -565,8 +646,11 @@ class Worker:
         except (psycopg.Error, PoolTimeout):
             self.observer.on_claim(q, self.policy.name, "error", time.perf_counter() - t0, [])
             raise
-        self.observer.on_claim(q, self.policy.name, "claimed" if jobs else "empty",
-                               time.perf_counter() - t0, jobs)
+        try:  # the jobs are ours now: an observer's error must not strand them
+            self.observer.on_claim(q, self.policy.name, "claimed" if jobs else "empty",
+                                   time.perf_counter() - t0, jobs)
+        except Exception:
+            log.exception("observer error in on_claim (the claimed jobs run anyway)")
         with self._lock:
             if len(jobs) >= want:
                 self._hot.add(q)
@@ -661,7 +745,7 @@ class Worker:
                                                   [c.note for c in done]))
                 repaired += len(store.finish_failed([
                     (c.job.id, c.job.attempt, c.error, c.retry_delay)
-                    for c in chunk if c.error is not None]))
+                    for c in chunk if c.error is not None], [c.job.id for c in chunk if c.final]))
         except BaseException:
             self._replay_finishes.set()
             raise
@@ -755,7 +839,7 @@ class Worker:
                 "done" if c.job.id in ok else "lease_lost") for c in done})
         if failed:
             rows = store.finish_failed([(c.job.id, c.job.attempt, c.error or "", c.retry_delay)
-                                        for c in failed])
+                                        for c in failed], [c.job.id for c in failed if c.final])
             status = {f.id: f.status for f in rows}
             self._finished(batch, {(c.job.id, c.job.attempt): (
                 "lease_lost" if (s := status.get(c.job.id)) is None
@@ -777,6 +861,8 @@ class Worker:
                             c.job.attempt, (c.error or "").splitlines()[0])
             self.observer.on_finish(c.job.claimed, outcome, c.run_seconds)
         with self._lock:  # their tenants' slots are free again: worth a claim
+            for c in written:
+                self._unwritten.pop((c.job.id, c.job.attempt), None)
             self._hot.update(c.job.queue for c in written)
             if not self.durable_finishes:
                 now = time.monotonic()
@@ -797,12 +883,46 @@ class Worker:
             elif outcome == "lease_lost":
                 s.lease_lost += 1
 
+    def _heartbeat_loop(self) -> None:
+        """The heartbeat thread: extends the leases of running jobs when they are due, on its
+        own connection, whatever the control thread is waiting for."""
+        failures = 0
+        while not self._heartbeat_exit.is_set():
+            with self._lock:
+                due = min((r.next_extend for r in (*self._inflight.values(),
+                                                   *self._unwritten.values())), default=None)
+            now = time.monotonic()
+            if due is None or due > now:
+                self._heartbeat_wake.wait(None if due is None else due - now)
+                self._heartbeat_wake.clear()  # the next turn looks again: nothing is lost
+                continue
+            try:
+                self._heartbeat(self.heartbeat_store, now)
+                failures = 0
+            except (psycopg.Error, PoolTimeout) as e:
+                failures += 1
+                delay = min(1.0, 0.05 * 2 ** min(failures, 5))  # a lease is at stake: retry soon
+                what = ("lock timeout" if isinstance(e, psycopg.errors.LockNotAvailable)
+                        else type(e).__name__)
+                log.warning("extending leases failed (%s: %s); retrying in %.2fs", what,
+                            str(e).strip()[:200], delay)
+                self._heartbeat_exit.wait(delay)
+            except Exception:  # a bug must not stop the heartbeats
+                log.exception("heartbeat error; retrying in 1s")
+                self._heartbeat_exit.wait(1.0)
+
     def _heartbeat(self, store: Store, now: float) -> None:
         with self._lock:
             due = [r for r in self._inflight.values() if r.next_extend <= now]
-        if not due:
+            done = [r for r in self._unwritten.values() if r.next_extend <= now]
+        if not due and not done:
             return
-        ours = store.extend_leases([(r.job.id, r.job.attempt) for r in due])
+        ours = store.extend_leases([(r.job.id, r.job.attempt) for r in (*due, *done)])
+        for r in done:
+            r.next_extend = now + self._heartbeat_every(r.job)
+            if r.job.id not in ours:  # its finish will find the lease lost and say so
+                with self._lock:
+                    self._unwritten.pop((r.job.id, r.job.attempt), None)
         for r in due:
             r.next_extend = now + self._heartbeat_every(r.job)
             if r.job.id not in ours and not r.job.lease_lost:

@@ -20,6 +20,7 @@ from fairq.errors import ConfigurationError, InvalidInput
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+MAX_PORT = 65535
 
 Handler = Callable[[argparse.Namespace], int]
 if TYPE_CHECKING:
@@ -56,7 +57,11 @@ def one_line(text: object) -> str:
 # -- secrets -------------------------------------------------------------------------------
 def _passwords(dsn: str) -> list[str]:
     """Passwords a DSN carries (URL userinfo or ``password=``), to scrub them from messages."""
-    found: list[str] = []
+    import re
+
+    # Any "password=" in it, even where neither parser below makes sense of the text.
+    found: list[str] = [m.strip("'") for m in re.findall(r"password\s*=\s*('[^']*'|\S+)", dsn,
+                                                          flags=re.IGNORECASE)]
     try:
         from psycopg.conninfo import conninfo_to_dict
 
@@ -162,12 +167,15 @@ def json_argument(kind: str) -> Callable[[str], Any]:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise argparse.ArgumentTypeError(f"{kind} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise argparse.ArgumentTypeError(f"{kind} is nested too deeply to decode") from None
 
     return parse
 
 
-def number(kind: str, *, minimum: float | None = None) -> Callable[[str], float]:
-    """An argparse type: a finite number (optionally >= ``minimum``)."""
+def number(kind: str, *, minimum: float | None = None,
+           maximum: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number (optionally >= ``minimum``, <= ``maximum``)."""
 
     def parse(text: str) -> float:
         try:
@@ -178,13 +186,16 @@ def number(kind: str, *, minimum: float | None = None) -> Callable[[str], float]
             raise argparse.ArgumentTypeError(f"{kind} must be finite, not {text!r}")
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"{kind} must be >= {minimum:g}, not {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{kind} must be <= {maximum:g}, not {text}")
         return value
 
     return parse
 
 
-def integer(kind: str, *, minimum: int | None = None) -> Callable[[str], int]:
-    """An argparse type: an integer (optionally >= ``minimum``)."""
+def integer(kind: str, *, minimum: int | None = None,
+            maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer (optionally >= ``minimum``, <= ``maximum``)."""
 
     def parse(text: str) -> int:
         try:
@@ -193,6 +204,8 @@ def integer(kind: str, *, minimum: int | None = None) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{kind} must be an integer, not {text!r}") from None
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"{kind} must be >= {minimum}, not {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{kind} must be <= {maximum}, not {value}")
         return value
 
     return parse

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from fairq.cli._common import (
     EXIT_OK,
+    MAX_PORT,
     add_log_level,
     check_connection,
     integer,
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from fairq.metrics import MetricsServer
 
 DEFAULT_PORT = 9765
+DEFAULT_HOST = "127.0.0.1"
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -33,9 +35,11 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "The database is read at scrape time, at most once per --interval, under a statement "
         "timeout. Run one per database, not one per worker.",
     )
-    p.add_argument("--port", type=integer("port", minimum=0), default=DEFAULT_PORT,
+    p.add_argument("--port", type=integer("port", minimum=0, maximum=MAX_PORT), default=DEFAULT_PORT,
                    help=f"port for /metrics and /healthz (default {DEFAULT_PORT})")
-    p.add_argument("--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"bind address (default {DEFAULT_HOST}: this host only; the metrics name "
+                   "tenants and queues, so 0.0.0.0, every interface, only behind a firewall)")
     p.add_argument("--interval", type=number("interval", minimum=0), default=5.0, metavar="S",
                    help="read the database at most every S seconds; scrapes in between get "
                    "the cached values (default 5)")
@@ -68,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     check_connection(dsn)
 
     def ready(server: MetricsServer) -> None:
-        print(f"fairq exporter: serving {server.url}/metrics and /healthz "
+        print(f"fairq exporter: serving {server.bound_url}/metrics and /healthz "
               f"(schema {schema})", file=sys.stderr, flush=True)
 
     exporter.run(

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from fairq.cli._common import Subparsers
 
 DEFAULT_PRUNE_AGE = 7 * 86400
+MAX_PRUNE_AGE = 100 * 365 * 86400  # a PostgreSQL interval overflows long before 1e308 s
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -66,7 +67,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     c.set_defaults(handler=run_cancel)
 
     p = sub.add_parser("prune", parents=[common], help="delete finished jobs older than an age")
-    p.add_argument("--older-than", type=number("older-than", minimum=0), default=DEFAULT_PRUNE_AGE,
+    p.add_argument("--older-than", type=number("older-than", minimum=0, maximum=MAX_PRUNE_AGE),
+                   default=DEFAULT_PRUNE_AGE,
                    metavar="SECONDS",
                    help=f"age of finished jobs to delete (default {DEFAULT_PRUNE_AGE})")
     p.set_defaults(handler=run_prune)

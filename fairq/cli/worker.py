@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fairq.cli._common import (
     EXIT_OK,
+    MAX_PORT,
     add_log_level,
     check_connection,
     integer,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     from fairq.policies import DEFAULT_POLICY, POLICIES
+    from fairq.worker import MAX_CONCURRENCY, MAX_SECONDS
 
     p = sub.add_parser(
         "worker", parents=[common], help="run an app's tasks",
@@ -34,14 +36,15 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("target", metavar="MODULE:APP",
                    help="module and App attribute; ':APP' may be left out if the module has one")
-    p.add_argument("--concurrency", type=integer("concurrency", minimum=1), default=8,
+    p.add_argument("--concurrency", type=integer("concurrency", minimum=1,
+                                                 maximum=MAX_CONCURRENCY), default=8,
                    help="jobs run at once (default 8)")
     p.add_argument("--queue", action="append", dest="queues", metavar="Q",
                    help="queue to serve (repeatable; default: the app's tasks' queues)")
     p.add_argument("--policy", default=DEFAULT_POLICY,
                    help=f"scheduling policy: {', '.join(sorted(POLICIES))} "
                    f"(default {DEFAULT_POLICY})")
-    p.add_argument("--metrics-port", type=integer("metrics-port", minimum=0),
+    p.add_argument("--metrics-port", type=integer("metrics-port", minimum=0, maximum=MAX_PORT),
                    help="serve /metrics, /livez (the loop turns, database or not) and /readyz "
                    "(it can claim) on this port (fairq's port is 9766; off by default)")
     p.add_argument("--metrics-host", default="127.0.0.1",
@@ -49,7 +52,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                    "scraped from another host or container)")
     p.add_argument("--until-empty", action="store_true",
                    help="drain: exit once nothing is runnable and nothing of ours runs")
-    p.add_argument("--poll-interval", type=number("poll-interval", minimum=0.01), metavar="S",
+    p.add_argument("--poll-interval", type=number("poll-interval", minimum=0.01,
+                                                  maximum=MAX_SECONDS), metavar="S",
                    help="fallback poll when no NOTIFY arrives (seconds)")
     p.add_argument("--batch", type=integer("batch", minimum=1), metavar="N",
                    help="claim at most N jobs a round trip (default 10; never more than free slots)")

@@ -131,19 +131,21 @@ FROM done d;
 -- name: finish_failed
 -- Record failures: back to queued with exponential backoff (20 s, 40 s, 80 s ... capped at
 -- 1 hour) or failed for good after max_attempts (R8). The retry waits in run_at, so it neither
--- blocks its tenant's other jobs nor pre-empts anyone (R27).
+-- blocks its tenant's other jobs nor pre-empts anyone (R27). The ids in %(final)s fail for good
+-- at once: a retry could only fail the same way (a payload that cannot be decoded).
 WITH input AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
-                         %(retry_delays)s::float8[])
+    SELECT i.*, i.id = ANY(%(final)s::bigint[]) AS final
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
+                %(retry_delays)s::float8[])
         AS i(id, attempts, error, retry_delay)
 ),
 failed AS (
     UPDATE {schema}.jobs j
-    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
-        run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+    SET status = CASE WHEN j.attempts >= j.max_attempts OR i.final THEN 'failed' ELSE 'queued' END,
+        run_at = CASE WHEN j.attempts >= j.max_attempts OR i.final THEN j.run_at
                       ELSE now() + make_interval(secs => coalesce(
                           i.retry_delay, least(3600.0, 20.0 * power(2, j.attempts - 1)))) END,
-        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+        finished_at = CASE WHEN j.attempts >= j.max_attempts OR i.final THEN now() END,
         last_error = i.error, locked_until = NULL, locked_by = NULL
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts

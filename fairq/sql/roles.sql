@@ -4,13 +4,24 @@
 -- them with `fairq roles --print`.
 
 -- name: roles_grant_worker
--- Claim, heartbeat, finish, fail, hand back, reap and wake: UPDATEs of jobs and the schedule,
--- the maintenance timestamps in settings. No INSERT into jobs (cannot enqueue), no DELETE, no
--- tenant configuration. It reads the schema's revision at start (it refuses an outdated one).
+-- Claim, heartbeat, finish, fail, hand back, reap, wake and rebase virtual time: UPDATEs of the
+-- columns those statements write (a job's result too), nothing else. Not a job's task, payload,
+-- queue, tenant, priority, cost or limits; not a tenant's weight or cap (tenant_schedule.weight, max_running);
+-- in settings only the maintenance stamps (row-level security, migration 0004), never the
+-- tenant defaults. No INSERT into jobs (cannot enqueue), no DELETE, no tenant configuration.
+-- It reads the schema's revision at start (it refuses an outdated one). Table-wide grants of
+-- older versions are revoked first (which revokes their column grants too), so re-applying
+-- after an upgrade leaves exactly these.
 GRANT USAGE ON SCHEMA {schema} TO {role};
-GRANT SELECT, UPDATE ON {schema}.jobs TO {role};
-GRANT SELECT, UPDATE ON {schema}.tenant_schedule TO {role};
-GRANT SELECT, INSERT, UPDATE ON {schema}.settings TO {role};
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {schema}.jobs, {schema}.tenant_schedule,
+    {schema}.settings, {schema}.tenants FROM {role};
+GRANT SELECT ON {schema}.jobs TO {role};
+GRANT UPDATE (status, attempts, run_at, started_at, finished_at, locked_until, locked_by,
+              last_error, result) ON {schema}.jobs TO {role};
+GRANT SELECT ON {schema}.tenant_schedule TO {role};
+GRANT UPDATE (running, vtime, active, wake_at, claimed_total, last_served_at)
+    ON {schema}.tenant_schedule TO {role};
+GRANT SELECT, INSERT (key, value), UPDATE (value) ON {schema}.settings TO {role};
 GRANT SELECT ON {schema}.alembic_version TO {role};
 -- The periodic schedules' last ticks. Enqueueing their jobs takes the producer's grants too.
 GRANT SELECT, INSERT, UPDATE ON {schema}.periodic TO {role};

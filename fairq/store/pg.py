@@ -17,11 +17,14 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg.abc import Buffer
 from psycopg.rows import dict_row
+from psycopg.types.datetime import TimestamptzLoader
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
 from fairq import sql
@@ -35,6 +38,7 @@ from fairq.models import (
     NewJobColumns,
     ReapResult,
     TenantConfig,
+    UndecodablePayload,
 )
 
 log = logging.getLogger("fairq.store")
@@ -61,6 +65,34 @@ PLANNER_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_m
 # resolution is 2^-32, so even the smallest increment (1 / 1000, a weight of 1000) is kept to
 # within 2e-7 of its value, however many claims a queue has served.
 VTIME_REBASE_AT = float(2 ** 20)
+
+
+def load_json(data: bytes | str) -> Any:
+    """psycopg's json/jsonb loader for fairq's connections: a payload Python cannot decode
+    (nested past its recursion limit, written by hand in SQL) becomes an ``UndecodablePayload``
+    instead of an error that would take the whole fetched batch of jobs with it."""
+    try:
+        return json.loads(data)
+    except (RecursionError, ValueError, MemoryError) as exc:
+        return UndecodablePayload(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
+class _TimestamptzLoader(TimestamptzLoader):
+    """``infinity`` and ``-infinity`` (valid in PostgreSQL, not in Python) as datetime's max
+    and min, so that a job whose run_at was set to infinity in SQL can still be read."""
+
+    def load(self, data: Buffer) -> datetime:
+        if data == b"infinity":
+            return datetime.max.replace(tzinfo=UTC)
+        if data == b"-infinity":
+            return datetime.min.replace(tzinfo=UTC)
+        return super().load(data)
+
+
+def adapt_connection(conn: psycopg.Connection[Any]) -> None:
+    """Register fairq's loaders (above) on ``conn``."""
+    set_json_loads(load_json, conn)
+    conn.adapters.register_loader("timestamptz", _TimestamptzLoader)
 
 
 def planner_options() -> str:
@@ -158,6 +190,7 @@ class Store:
             self.pool.open(wait=False)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        adapt_connection(conn)
         # Behind a pooler this lands on whichever server connection serves it: cosmetic there.
         conn.execute(self.q("label_session"), {"name": self.application_name})
 
@@ -275,9 +308,10 @@ class Store:
             return [FinishedJob(status="done", **r) for r in cur.fetchall()]
 
     def finish_failed(
-        self, failures: Sequence[tuple[int, int, str, float | None]]
+        self, failures: Sequence[tuple[int, int, str, float | None]], final: Sequence[int] = ()
     ) -> list[FinishedJob]:
-        """Record (id, attempts, error, retry_delay or None for the backoff) failures."""
+        """Record (id, attempts, error, retry_delay or None for the backoff) failures; the ids
+        in ``final`` fail for good, whatever attempts they have left."""
         if not failures:
             return []
         with self._tx() as cur:
@@ -288,6 +322,7 @@ class Store:
                     "attempts": [f[1] for f in failures],
                     "errors": [f[2] for f in failures],
                     "retry_delays": [f[3] for f in failures],
+                    "final": list(final),
                 },
             )
             return [FinishedJob(**r) for r in cur.fetchall()]
@@ -476,7 +511,6 @@ _CLAIMED = {f.name for f in fields(ClaimedJob)}
 
 
 def _claimed(row: dict[str, Any]) -> ClaimedJob:
-    data = {k: row[k] for k in _CLAIMED}
-    if isinstance(data["payload"], str):
-        data["payload"] = json.loads(data["payload"])
-    return ClaimedJob(**data)
+    # The payload is decoded already (jsonb, see load_json): a str payload is a JSON string,
+    # never to be decoded again.
+    return ClaimedJob(**{k: row[k] for k in _CLAIMED})

@@ -31,7 +31,7 @@ FINISH = 10
 # tell the plans apart at this size; this bound catches a plan that reads far more than either.
 MAX_BUFFERS = 250
 TYPES = {"ids": "bigint[]", "attempts": "int[]", "errors": "text[]", "retry_delays": "float8[]",
-         "seconds": "float8", "results": "text[]", "notes": "text[]"}
+         "seconds": "float8", "results": "text[]", "notes": "text[]", "final": "bigint[]"}
 STATEMENTS = ("finish_done", "finish_failed", "extend_leases", "release_unstarted")
 
 
@@ -64,7 +64,7 @@ def _explain(dsn: str, statement: str, jobs: list[tuple[int, int]], mode: str) -
     values: Mapping[str, Any] = {
         "ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs],
         "errors": ["boom"] * len(jobs), "retry_delays": [None] * len(jobs), "seconds": None,
-        "results": ['{"rows": 7}'] * len(jobs), "notes": [None] * len(jobs)}
+        "results": ['{"rows": 7}'] * len(jobs), "notes": [None] * len(jobs), "final": []}
     options = f"{planner_options()} -c plan_cache_mode=force_{mode}_plan"
     with psycopg.connect(dsn, options=options) as conn:
         conn.execute(f"PREPARE p ({', '.join(TYPES[o] for o in order)}) AS {text}")

@@ -210,3 +210,40 @@ def test_a_new_tenants_first_waits_show_as_an_increase() -> None:
     assert second["fairq_job_wait_seconds_bucket{le=2.5,queue=q,tenant=small}"] == 5
     assert second["fairq_jobs_claimed_total{policy=weighted,queue=q,tenant=small}"] == 5
     assert second["fairq_claim_seconds_count{policy=weighted,queue=q,result=claimed}"] == 2
+
+
+def test_task_and_queue_labels_are_folded_like_tenants() -> None:
+    """Unknown task names and many queues make at most limit + 1 label values each: 3,000
+    names make no more series than 300."""
+
+    def run(names: int) -> tuple[set[str], set[str], int, dict[str, float]]:
+        obs = PrometheusObserver(CollectorRegistry(), max_tenants=5, clock=Clock())
+        for i in range(names):
+            j = job("acme", queue=f"q{i % (names * 2 // 3):04d}", task=f"unknown-task-{i:04d}")
+            obs.on_enqueue(j.queue, "acme", 1)
+            obs.on_claim(j.queue, "weighted", "claimed", 0.002, [j])
+            obs.on_finish(j, "done", 0.01)
+            obs.on_reap(j.queue, 1)
+        tasks: set[str] = set()
+        queues: set[str] = set()
+        series = 0
+        for fam in obs.registry.collect():
+            for s in fam.samples:
+                series += fam.name.startswith("fairq_")
+                tasks.update([s.labels["task"]] if "task" in s.labels else [])
+                queues.update([s.labels["queue"]] if "queue" in s.labels else [])
+        values = samples(obs.registry)
+        obs.rerank_now()  # a re-rank keeps them bounded too
+        assert len({s.labels["task"] for fam in obs.registry.collect() for s in fam.samples
+                    if "task" in s.labels}) <= 6
+        return tasks, queues, series, values
+
+    tasks, queues, series, values = run(300)
+    assert len(tasks) <= 6 and OTHER in tasks
+    assert len(queues) <= 6 and OTHER in queues
+    assert run(3000)[2] == series
+    # Nothing is lost: the folded series carry the rest.
+    assert sum(v for k, v in values.items() if k.startswith("fairq_jobs_claimed_total{")) == 300
+    assert sum(v for k, v in values.items() if k.startswith("fairq_leases_expired_total{")) == 300
+    assert sum(v for k, v in values.items()
+               if k.startswith("fairq_job_run_seconds_count{")) == 300

@@ -112,6 +112,15 @@ def test_metadata_create_all_matches_the_migration(empty_dsn: str) -> None:
         engine.dispose()
     assert reloptions(empty_dsn, "fairq_md", "jobs") == JOBS_STORAGE
     assert drift(empty_dsn, "fairq_md") == []
+    migrate.upgrade(empty_dsn, "fairq")
+    with psycopg.connect(empty_dsn) as conn:  # settings' row-level security, both ways
+        policies = conn.execute(
+            "SELECT n.nspname, c.relrowsecurity, array_agg(p.polname ORDER BY p.polname) "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_policy p ON p.polrelid = c.oid WHERE c.relname = 'settings' "
+            "GROUP BY 1, 2 ORDER BY 1").fetchall()
+    names = ["settings_read", "settings_stamp_insert", "settings_stamp_update"]
+    assert policies == [("fairq", True, names), ("fairq_md", True, names)]
 
 
 def test_concurrent_migrations_from_many_processes_all_succeed(empty_dsn: str) -> None:
@@ -225,11 +234,11 @@ def test_worker_refuses_a_schema_that_was_never_migrated(empty_dsn: str) -> None
 def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
         empty_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
     migrate.upgrade(empty_dsn, "fairq", "0001")
-    head = ScriptDirectory.from_config(migrate._config(None, "fairq")).get_current_head()
     app = _noop_app(empty_dsn)
     try:
         error = _refusal(app)
         assert isinstance(error, fairq.ConfigurationError), error
+        head = ScriptDirectory.from_config(migrate._config(None, "fairq")).get_current_head()
         assert f"at fairq revision 0001, this fairq needs {head}: run `fairq migrate`" in str(error)
         migrate.upgrade(empty_dsn, "fairq")
         app.worker(policy="fifo", listen=False).run(until_empty=True)  # at head: no complaint

@@ -489,7 +489,7 @@ def run_case(dsn: str, case: Case, mode: str, extra: Mapping[str, str] | None = 
             text = sql.statement(case.statement, SCHEMA)
             values = {"ids": ids, "attempts": [r[5] for r in claimed], "errors": ["boom"] * len(ids),
                       "retry_delays": [None] * len(ids), "seconds": None,
-                      "results": ['{"rows": 7}'] * len(ids), "notes": [None] * len(ids)}
+                      "results": ['{"rows": 7}'] * len(ids), "notes": [None] * len(ids), "final": []}
             params = {k: v for k, v in values.items() if f"%({k})s" in text}
         with holding(dsn, case.queue) if case.hold_queue else nullcontext():
             notices.clear()

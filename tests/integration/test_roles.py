@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -193,6 +195,103 @@ def test_worker_can_only_claim_and_finish(dsns: dict[str, str]) -> None:
     assert denied(wk, "DROP TABLE fairq.jobs")
     assert denied(wk, "CREATE TABLE fairq.x (i int)")
     assert denied(wk, "TRUNCATE fairq.jobs")
+
+
+WORKER_REFUSED = (
+    # The reproduction: a worker rewriting a tenant's weight and cap, or a job's task and payload.
+    "UPDATE fairq.tenant_schedule SET weight = 1000, max_running = 1000",
+    "UPDATE fairq.jobs SET status = 'queued', task = 'x', payload = '{\"injected\":1}', "
+    "attempts = 0",
+    "UPDATE fairq.tenant_schedule SET weight = 1000",
+    "UPDATE fairq.tenant_schedule SET max_running = 1000",
+    "UPDATE fairq.jobs SET payload = '{}'",
+    "UPDATE fairq.jobs SET task = 'x'",
+    "UPDATE fairq.jobs SET tenant = 'x'",
+    "UPDATE fairq.jobs SET queue = 'x'",
+    "UPDATE fairq.jobs SET priority = 100, cost = 0.001",
+    "UPDATE fairq.jobs SET max_attempts = 1000, lease_seconds = 86400",
+    "INSERT INTO fairq.tenant_schedule (queue, tenant) VALUES ('default', 'evilcorp')",
+    "INSERT INTO fairq.settings VALUES ('tenant_defaults', "
+    "'{\"weight\": 1000, \"max_running\": 1000}') "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    "INSERT INTO fairq.settings VALUES ('x', '{}')",
+    "UPDATE fairq.tenants SET weight = 1000",
+)
+
+
+@pytest.mark.parametrize("statement", WORKER_REFUSED)
+def test_worker_cannot_change_weights_caps_payloads_or_tasks(dsns: dict[str, str],
+                                                             statement: str) -> None:
+    with fairq.App(dsns["owner"]) as owner:
+        owner.tenants.apply({"defaults": {"weight": 1.0, "max_running": 10}})
+    with fairq.App(dsns["producer"]) as producer:
+        producer.enqueue("t", tenant="victim", payload={"n": 1})
+    assert denied(dsns["worker"], statement), statement
+
+
+def test_worker_cannot_rewrite_the_tenant_defaults(dsns: dict[str, str]) -> None:
+    """Row-level security hides the defaults' row from a worker's UPDATE: nothing changes."""
+    with fairq.App(dsns["owner"]) as owner:
+        owner.tenants.apply({"defaults": {"weight": 1.0, "max_running": 10}})
+    sql(dsns["worker"], "UPDATE fairq.settings SET value = '{\"weight\": 1000, "
+                        "\"max_running\": 1000}' WHERE key = 'tenant_defaults'")
+    with fairq.App(dsns["owner"]) as owner:
+        assert owner.store.get_defaults() == (1.0, 10)
+
+
+def test_reapplying_the_roles_removes_older_table_wide_grants(dsns: dict[str, str]) -> None:
+    """An installation whose worker got the older table-wide UPDATE: `roles --apply` again."""
+    sql(dsns["owner"], "GRANT UPDATE ON fairq.jobs, fairq.tenant_schedule TO fq_worker")
+    assert not denied(dsns["worker"], "UPDATE fairq.jobs SET payload = payload")
+    code, _, err = cli("--dsn", dsns["owner"], "roles", "--apply", "--worker", "fq_worker")
+    assert code == 0, err
+    assert denied(dsns["worker"], "UPDATE fairq.jobs SET payload = payload")
+    assert denied(dsns["worker"], "UPDATE fairq.tenant_schedule SET weight = weight")
+    assert not denied(dsns["worker"], "UPDATE fairq.jobs SET locked_by = locked_by")
+
+
+def test_worker_role_runs_every_maintenance_statement(dsns: dict[str, str]) -> None:
+    """What a worker does besides claiming and finishing, under its role: reap, wake, rebase
+    the virtual time, hand back, the maintenance stamps."""
+    with fairq.App(dsns["producer"]) as producer:
+        job_id = producer.enqueue("t", tenant="maint", lease=30)
+    store = Store(dsns["worker"], "fairq")
+    try:
+        (claimed,) = [j for j in store.claim(get_policy("weighted"), queue="default", batch=50,
+                                             worker="w") if j.id == job_id] or [None]
+        assert claimed is not None
+        assert store.extend_leases([(job_id, claimed.attempts)]) == {job_id}
+        assert store.release_unstarted([(job_id, claimed.attempts)]) == {job_id}
+        sql(dsns["owner"], "UPDATE fairq.jobs SET status = 'running', attempts = 1, "
+                           "locked_until = now() - interval '1 s' WHERE id = %s", (job_id,))
+        sql(dsns["owner"], "UPDATE fairq.tenant_schedule SET running = running + 1 "
+                           "WHERE tenant = 'maint'")
+        assert store.reap_expired().total >= 1
+        store.wake_due_tenants()
+        store.wake_stranded_tenants()
+        assert store.rebase_vtime(threshold=0.0) >= 0
+        assert store.maintenance_due("h17-test", 0.0)
+        store.vacuum_tenant_schedule()  # not the owner: PostgreSQL skips it with a warning
+    finally:
+        store.close()
+
+
+def test_worker_under_the_producer_role_stops_with_one_line(dsns: dict[str, str],
+                                                            tmp_path: Path) -> None:
+    """No loop of tracebacks: one line, exit 2, even with --until-empty."""
+    with fairq.App(dsns["producer"]) as app:
+        app.task(name="t")(lambda job: None)
+        with pytest.raises(fairq.InvalidInput, match="may not run a worker"):
+            app.worker(poll_interval=0.2).run(until_empty=True)
+    (tmp_path / "prod_tasks.py").write_text(
+        "import fairq\napp = fairq.App()\napp.task(name='t')(lambda job: None)\n")
+    proc = subprocess.run([sys.executable, "-m", "fairq", "--dsn", dsns["producer"], "worker",
+                           "prod_tasks:app", "--until-empty"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "fairq worker:" in line]
+    assert len(errors) == 1 and "may not run a worker" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_monitor_is_read_only_and_the_exporter_works(dsns: dict[str, str]) -> None:

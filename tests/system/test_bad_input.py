@@ -192,7 +192,8 @@ def test_run_at_and_delay_together_are_refused(app: fairq.App, dsn: str) -> None
 
 
 def test_payload_size_limit_is_exact(app: fairq.App, dsn: str) -> None:
-    """1,000,000 bytes of JSON are accepted, one more byte is refused (UTF-8 bytes, not chars)."""
+    """MAX_PAYLOAD_BYTES (1 MiB) of JSON are accepted, one more byte is refused (UTF-8 bytes,
+    not chars)."""
     overhead = len(json.dumps({"x": ""}, separators=(",", ":")))
     at_limit = {"x": "a" * (MAX_PAYLOAD_BYTES - overhead)}
     job_id = app.enqueue("t", tenant="a", payload=at_limit)
@@ -590,7 +591,7 @@ def test_tenant_file_missing_or_a_directory(app: fairq.App, dsn: str, tmp_path: 
     before = fingerprint(dsn)
     for target in (tmp_path / "nope.toml", tmp_path):
         code, out, err = cli("--dsn", dsn, "tenants", "apply", str(target))
-        assert code in (1, 2) and out == "", err
+        assert code == 2 and out == "", err
         one_line(err)
     assert fingerprint(dsn) == before
 
@@ -626,7 +627,7 @@ def test_fairq_schema_garbage_exit_2(dsn: str, monkeypatch: pytest.MonkeyPatch, 
         "postgresql://u:{pw}@127.0.0.1:1/x?sslmode=bogus", "host=127.0.0.1 port=1 password={pw}",
         "password='{pw}' port=1 host=127.0.0.1 dbname=", "postgresql://u:{pw}@[::1/x",
         "mysql://u:{pw}@127.0.0.1/x", "postgresql://u:{pw}@127.0.0.1:1/x?connect_timeout=abc",
-        "=", "'", "host='unterminated password={pw}",
+        "=", "'", "host='unterminated password={pw}", ":// password={pw}",
     ]),
     st.text(min_size=1, max_size=30).map(lambda s: s + " password={pw}"),
 ))
@@ -712,3 +713,81 @@ def test_worker_logs_and_metrics_never_show_the_password(caplog: pytest.LogCaptu
     assert caplog.records, "expected the worker to log the outage"
     assert SECRET not in text
     assert SECRET not in str([r.exc_info for r in caplog.records if r.exc_info])
+
+
+# -- the edges that escaped as tracebacks or exit 1 -------------------------------------------
+def test_fairq_schema_with_a_trailing_newline_exit_2(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A regex ``$`` matches before a final newline: the whole name must match."""
+    for name in ("fairq\n", "fairq\r\n", "\nfairq"):
+        with pytest.raises(fairq.InvalidInput):
+            validate_schema_name(name)
+        monkeypatch.setenv("FAIRQ_SCHEMA", name)
+        before = fingerprint(dsn)
+        code, out, err = cli("--dsn", dsn, "migrate")
+        assert code == 2 and out == "", err
+        assert "schema" in one_line(err)
+        assert fingerprint(dsn) == before
+
+
+def test_role_name_with_a_trailing_newline_is_refused() -> None:
+    from fairq.roles import validate_role_name
+
+    with pytest.raises(fairq.InvalidInput):
+        validate_role_name("fairq_worker\n")
+
+
+@pytest.mark.parametrize("argv", [
+    ("worker", "x:app", "--metrics-port", "70000"),
+    ("worker", "x:app", "--metrics-port", "65536"),
+    ("worker", "x:app", "--concurrency", "100000"),
+    ("worker", "x:app", "--poll-interval", "1e308"),
+    ("exporter", "--port", "70000"),
+    ("prune", "--older-than", "1e308"),
+])
+def test_cli_out_of_range_numbers_exit_2(dsn: str, argv: tuple[str, ...]) -> None:
+    """Refused while parsing, before the app is imported or the database touched."""
+    before = fingerprint(dsn)
+    started = time.monotonic()
+    code, out, err = cli("--dsn", dsn, *argv)
+    assert code == 2 and out == "", (argv, err)
+    assert "must be <=" in one_line(err)
+    assert time.monotonic() - started < 5
+    assert fingerprint(dsn) == before
+
+
+def test_cli_worker_empty_queue_exit_2(dsn: str, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "badq_tasks.py").write_text("import fairq\napp = fairq.App()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, err = cli("--dsn", dsn, "worker", "badq_tasks:app", "--queue", "", "--until-empty")
+    assert code == 2 and out == "", err
+    assert "queue must not be empty" in one_line(err)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"poll_interval": math.inf}, "poll_interval"),
+    ({"poll_interval": math.nan}, "poll_interval"),
+    ({"reap_interval": 1e300}, "reap_interval"),
+    ({"grace_period": math.inf}, "grace_period"),
+    ({"heartbeat_interval": math.inf}, "heartbeat_interval"),
+    ({"prune_after": math.inf}, "prune_after"),
+    ({"max_backoff": -1}, "max_backoff"),
+    ({"max_backoff": 0}, "max_backoff"),
+    ({"queues": "abc"}, "not the string"),
+    ({"queues": [""]}, "queue must not be empty"),
+    ({"queues": ["ok", None]}, "queue must be a string"),
+    ({"concurrency": 100_000}, "concurrency"),
+    ({"concurrency": True}, "concurrency"),
+])
+def test_worker_bad_options_are_invalid_input(dsn: str, options: dict[str, Any],
+                                              message: str) -> None:
+    """Refused when the worker is made, not some time into ``run()``."""
+    with fairq.App(dsn) as app, pytest.raises(fairq.InvalidInput, match=message):
+        app.worker(**options)
+
+
+@pytest.mark.parametrize("size", [0, -1, 1.5, True, None])
+def test_app_pool_size_must_be_a_positive_integer(size: Any) -> None:
+    with pytest.raises(fairq.InvalidInput, match="pool_size"):
+        fairq.App("postgresql://unused", pool_size=size)

@@ -241,6 +241,30 @@ def test_tenants_apply_a_file(capsys: pytest.CaptureFixture[str], dsn: str, tmp_
     assert tenants(dsn) == {"acme": (3.0, 20), "globex": (2.0, 5)}
 
 
+def test_tenants_file_without_defaults_keeps_them(
+    capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path
+) -> None:
+    """Unknown tenants paused with ``max_running = 0`` stay paused when a file that names one
+    tenant (and no [defaults]) is applied; a field [defaults] leaves out keeps its value too."""
+    pause = tmp_path / "pause.toml"
+    pause.write_text("[defaults]\nweight = 2.0\nmax_running = 0\n")
+    assert run(capsys, "--dsn", dsn, "tenants", "apply", str(pause))[0] == 0
+    with fairq.App(dsn) as app:
+        app.enqueue("t", tenant="stranger")  # its schedule row follows the defaults: paused
+    one = tmp_path / "one.toml"
+    one.write_text("[tenants.acme]\nweight = 3.0\n")
+    assert run(capsys, "--dsn", dsn, "tenants", "apply", str(one))[0] == 0
+    partial = tmp_path / "partial.toml"
+    partial.write_text("[defaults]\nweight = 4.0\n")
+    assert run(capsys, "--dsn", dsn, "tenants", "apply", str(partial))[0] == 0
+    with fairq.App(dsn) as app:
+        assert app.store.get_defaults() == (4.0, 0)
+        assert app.tenants.get("acme").max_running == 0  # left out: the defaults' cap
+    with psycopg.connect(dsn) as c:
+        assert c.execute("SELECT weight, max_running FROM fairq.tenant_schedule "
+                         "WHERE tenant = 'stranger'").fetchone() == (4.0, 0)
+
+
 @pytest.mark.parametrize(
     "text",
     [

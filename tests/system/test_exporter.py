@@ -15,7 +15,14 @@ from support.observability import enqueue, fetch, promtool_check, samples
 from support.paths import REPO
 from support.prom import free_port
 
-from fairq.exporter import DatabaseCollector, TenantRow, build_registry, fairness, keep_tenants
+from fairq.exporter import (
+    DatabaseCollector,
+    TenantRow,
+    build_registry,
+    fairness,
+    keep_queues,
+    keep_tenants,
+)
 from fairq.models import TenantConfig
 from fairq.policies import get_policy
 from fairq.store import Store
@@ -138,6 +145,50 @@ def test_fold_in_the_exporter(store: Store, dsn: str) -> None:
         assert "t00" in tenants and "t11" not in tenants and len(tenants) == 5
     finally:
         c.close()
+
+
+def test_queue_label_is_folded_in_the_exporter(store: Store, dsn: str) -> None:
+    for i in range(12):
+        enqueue(store, "acme", i + 1, queue=f"q{i:02d}")
+    c = DatabaseCollector(dsn, "fairq", max_tenants=4, interval=0)
+    try:
+        v = samples(reg(c))
+        queues = {k.split("queue=")[1].split(",")[0].rstrip("}") for k in v if "queue=" in k}
+        assert queues == {"q08", "q09", "q10", "q11", "__other__"}  # the largest four
+        queued = {k: x for k, x in v.items() if k.startswith("fairq_tenant_queued_jobs{")}
+        assert queued["fairq_tenant_queued_jobs{queue=__other__,tenant=acme}"] == sum(range(1, 9))
+        assert not any("__other__" in k for k in v if k.startswith("fairq_fairness_"))
+    finally:
+        c.close()
+    row = TenantRow("q", "t", 1.0, 10, 0, 0, 5, 5, 1.0)
+    assert keep_queues([row], {"z": 3}, 1) == {"q"}
+    assert keep_queues([row], {"z": 30}, 1) == {"z"}
+
+
+def test_exporter_binds_localhost_by_default_and_logs_the_real_address(
+        store: Store, dsn: str) -> None:
+    from fairq.cli.exporter import DEFAULT_HOST
+
+    assert DEFAULT_HOST == "127.0.0.1"
+    for host_args, shown in (([], "127.0.0.1"), (["--host", "0.0.0.0"], "0.0.0.0")):
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fairq", "--dsn", dsn, "exporter", "--port", str(port),
+             "--no-probe", *host_args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, text=True,
+        )
+        try:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()  # the ready line, once the socket is bound
+            assert f"serving http://{shown}:{port}/metrics" in line, line
+            out = subprocess.run(  # what the kernel says is listening
+                ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
+                check=False).stdout
+            if out:  # ss may be missing: the log line above is then the evidence
+                assert f"{shown}:{port}" in out, out
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=15) == 0
 
 
 def test_interval_caches_between_scrapes(store: Store, dsn: str) -> None:
