@@ -48,6 +48,15 @@ class Task:
         return self.fn(*args, **kwargs)
 
 
+def _item(item: Any, index: int) -> tuple[Any, Any, Any]:
+    """One ``enqueue_many`` item as (tenant, payload, key): a pair or a triple, nothing else
+    (a string would unpack into its characters)."""
+    if isinstance(item, tuple | list) and len(item) in (2, 3):
+        return (item[0], item[1], item[2] if len(item) == 3 else None)
+    raise InvalidInput(f"enqueue_many item {index} must be a (tenant, payload) pair or a "
+                       f"(tenant, payload, key) triple, not {type(item).__name__} {item!r:.60}")
+
+
 class Tenants:
     """Operators' side: weights and caps, effective from the next claim (no restart)."""
 
@@ -179,7 +188,7 @@ class App:
     def _new_job(self, task: str, tenant: str, payload: Any, *, run_at: datetime | None,
                  delay: float | timedelta | None, priority: int | None, cost: float | None,
                  queue: str | None, max_attempts: int | None = None,
-                 lease: int | None = None) -> NewJob:
+                 lease: int | None = None, key: str | None = None) -> NewJob:
         v.name("task", task)
         registered = self.tasks.get(task)
         if registered is None and self.tasks:
@@ -202,6 +211,7 @@ class App:
                                         else (registered.max_attempts if registered else 5)),
             lease_seconds=v.lease(lease if lease is not None
                                   else (registered.lease if registered else 300)),
+            key=None if key is None else v.name("key", key),
         )
 
     def enqueue(
@@ -218,10 +228,16 @@ class App:
         max_attempts: int | None = None,
         lease: int | None = None,
         connection: Any = None,
+        key: str | None = None,
     ) -> int:
-        """Enqueue one job; with ``connection=`` it commits or rolls back with that transaction."""
+        """Enqueue one job; with ``connection=`` it commits or rolls back with that transaction.
+
+        With ``key``, while a job of this task with that key is queued or running, its id is
+        returned and nothing is written (docs/producers.md).
+        """
         job = self._new_job(task, tenant, payload, run_at=run_at, delay=delay, priority=priority,
-                            cost=cost, queue=queue, max_attempts=max_attempts, lease=lease)
+                            cost=cost, queue=queue, max_attempts=max_attempts, lease=lease,
+                            key=key)
         job_id = self.store.enqueue([job], connection=connection)[0]
         self.observer.on_enqueue(job.queue, job.tenant, 1)
         return job_id
@@ -238,31 +254,42 @@ class App:
         queue: str | None = None,
         connection: Any = None,
     ) -> list[int]:
-        """Enqueue ``(tenant, payload)`` pairs: one round trip per chunk of 5,000, all validated first."""
+        """Enqueue ``(tenant, payload)`` pairs, or ``(tenant, payload, key)`` triples (a key as
+        in ``enqueue``): one round trip per chunk of 5,000, all validated first."""
         pairs = iter(items)
         first_pair = next(pairs, None)
         if first_pair is None:
             return []
         # The first job goes through every check (so errors come in enqueue's order); the rest
-        # share its task, queue and options and differ only in tenant and payload.
-        tenant0, payload0 = first_pair
+        # share its task, queue and options and differ only in tenant, payload and key.
+        tenant0, payload0, key0 = _item(first_pair, 0)
         first = self._new_job(task, tenant0, payload0, run_at=run_at, delay=delay,
-                              priority=priority, cost=cost, queue=queue)
+                              priority=priority, cost=cost, queue=queue, key=key0)
         tenants = [first.tenant]
         payloads = [first.payload_json]
+        keys: list[str | None] = [first.key]
         valid_tenants = {first.tenant}
         check_name, check_payload = v.name, v.payload
-        for tenant, payload in pairs:
+        for item in pairs:
+            if type(item) is tuple and len(item) == 2:  # the common shape, checked cheaply
+                tenant, payload = item
+                key = None
+            else:
+                tenant, payload, key = _item(item, len(tenants))
+                if key is not None:
+                    check_name("key", key)
             if type(tenant) is not str or tenant not in valid_tenants:
                 valid_tenants.add(check_name("tenant", tenant))
             tenants.append(tenant)
             payloads.append(check_payload({} if payload is None else payload))
+            keys.append(key)
         n = len(tenants)
         jobs = NewJobColumns(
             tasks=[first.task] * n, tenants=tenants, payloads_json=payloads,
             queues=[first.queue] * n, priorities=[first.priority] * n, costs=[first.cost] * n,
             run_ats=[first.run_at] * n, delays=[first.delay] * n,
             max_attempts=[first.max_attempts] * n, lease_seconds=[first.lease_seconds] * n,
+            keys=keys if any(k is not None for k in keys) else (),
         )
         ids = self.store.enqueue(jobs, connection=connection)
         for t, count in Counter(tenants).items():

@@ -11,7 +11,11 @@ from typing import Any
 from fairq.errors import InvalidInput
 
 MAX_NAME = 200  # tenant, queue and task names (characters)
-MAX_PAYLOAD_BYTES = 1_000_000  # encoded JSON payload
+# Payload limits, the same in the SQL enqueue (fairq/sql/ddl/enqueue_v1.sql): the nesting of
+# arrays and objects (a scalar is depth 0, ``[]`` and ``{}`` depth 1) and the size of the
+# JSON text as UTF-8.
+MAX_PAYLOAD_DEPTH = 100
+MAX_PAYLOAD_BYTES = 1_048_576
 PRIORITY_RANGE = (-32768, 32767)
 # Tenant weights, inclusive. Virtual time advances by cost/weight per job (docs/algorithm.md):
 # a tiny weight makes that increment overflow float8 or dwarf everyone else's, a huge one makes

@@ -106,6 +106,21 @@ def connection_for(obj: Any) -> psycopg.Connection[Any]:
     )
 
 
+# The SQLSTATE of the SQL enqueue's checks (fairq/sql/ddl/enqueue_v1.sql): the same refusals
+# as fairq.validation, for every client.
+INVALID_INPUT_SQLSTATE = "FQ001"
+
+
+def _invalid_input(exc: psycopg.Error) -> Exception:
+    """The SQL enqueue's refusal as ``InvalidInput`` (one line); any other error as it is."""
+    from fairq.errors import InvalidInput
+
+    if exc.sqlstate != INVALID_INPUT_SQLSTATE:
+        return exc
+    message = exc.diag.message_primary or str(exc)
+    return InvalidInput(message.removeprefix("fairq: "))
+
+
 class Store:
     """fairq's database operations on one schema."""
 
@@ -223,9 +238,12 @@ class Store:
             "max_attempts": _shared(jobs.max_attempts),
             "leases": _shared(jobs.lease_seconds),
             "delays": [None if d is None else float(d) for d in _shared(jobs.delays)],
-            "channel": self.channel,
+            "keys": _shared(jobs.keys) if jobs.keys else None,
         }
-        cur.execute(self.q("enqueue"), params)
+        try:
+            cur.execute(self.q("enqueue"), params)
+        except psycopg.Error as exc:
+            raise _invalid_input(exc) from None
         row = cur.fetchone()
         if row is None:
             return []
