@@ -48,6 +48,30 @@ class Task:
         return self.fn(*args, **kwargs)
 
 
+def _module_name(fn: Handler) -> str:
+    """The module part of a task's default name: the name a worker that imports the module finds.
+
+    A script run as ``python app1.py`` is ``__main__`` here but ``app1`` to ``fairq worker
+    app1:app``, so its tasks are named after the file (``-m pkg.mod`` after ``pkg.mod``).
+    """
+    module = fn.__module__
+    if module != "__main__":
+        return module
+    import sys
+    from pathlib import Path
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        return str(spec.name).removesuffix(".__main__")
+    path = getattr(main, "__file__", None)
+    if path and Path(path).suffix == ".py":
+        return Path(path).stem
+    raise InvalidInput(f"task {fn.__qualname__!r} is defined in __main__ without a file (an "
+                       "interactive session?): give it a name, @app.task(name=...), that the "
+                       "worker's copy of the code registers too")
+
+
 def _item(item: Any, index: int) -> tuple[Any, Any, Any]:
     """One ``enqueue_many`` item as (tenant, payload, key): a pair or a triple, nothing else
     (a string would unpack into its characters)."""
@@ -174,7 +198,7 @@ class App:
         """Register a handler (``@app.task`` or ``@app.task(queue=..., lease=...)``)."""
 
         def register(f: Handler) -> Task:
-            task_name = v.name("task", name or f"{f.__module__}.{f.__qualname__}")
+            task_name = v.name("task", name or f"{_module_name(f)}.{f.__qualname__}")
             if task_name in self.tasks:
                 raise InvalidInput(f"task {task_name!r} is already registered")
             t = Task(self, task_name, f, v.name("queue", queue), v.max_attempts(max_attempts),

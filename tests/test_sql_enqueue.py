@@ -288,3 +288,67 @@ def test_key_must_be_a_name(dsn: str) -> None:
             with pytest.raises(fairq.InvalidInput, match="key"):
                 app.enqueue_many("t", [("a", {}), ("b", {}, bad)])
     assert count_jobs(dsn) == 0
+
+
+def test_a_connection_from_another_driver_says_which_url_to_use(dsn: str) -> None:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine("sqlite://")  # psycopg2 (a plain postgresql:// URL) is the same case
+    try:
+        message = r"not sqlite3: create the engine with a postgresql\+psycopg:// URL"
+        with fairq.App(dsn) as app, engine.connect() as conn, \
+                pytest.raises(fairq.InvalidInput, match=message):
+            app.enqueue("t", tenant="a", connection=conn)
+    finally:
+        engine.dispose()
+    assert count_jobs(dsn) == 0
+
+
+SCRIPT = """
+import fairq
+app = fairq.App("postgresql://unused")
+
+@app.task
+def hello(job):
+    pass
+
+print(" ".join(app.tasks))
+"""
+
+
+def test_a_task_in_a_script_run_as_main_is_named_after_the_file(tmp_path: Path) -> None:
+    import sys
+
+    (tmp_path / "app1.py").write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    as_script = subprocess.run([sys.executable, "app1.py"], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=60)
+    as_module = subprocess.run([sys.executable, "-c", "import app1"], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=60)
+    # The worker (`fairq worker app1:app`) imports the module: the same name both ways.
+    assert as_script.stdout.strip() == as_module.stdout.strip() == "app1.hello", as_script.stderr
+    interactive = subprocess.run(
+        [sys.executable, "-c", "import fairq\napp = fairq.App('postgresql://unused')\n"
+         "def hello(job): pass\napp.task(hello)"], capture_output=True, text=True, timeout=60)
+    assert interactive.returncode != 0
+    assert "fairq.errors.InvalidInput: task 'hello' is defined in __main__ without a file" in \
+        interactive.stderr
+
+
+def test_cli_enqueue_with_a_key_prints_the_live_job(dsn: str) -> None:
+    import contextlib
+    import io
+
+    from fairq.cli import main
+
+    def enqueue(*extra: str) -> tuple[int, str]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            code = main(["--dsn", dsn, "enqueue", "t", "--tenant", "acme", *extra])
+        return code, out.getvalue().strip()
+
+    code, first = enqueue("--key", "invoice-42")
+    assert code == 0
+    assert enqueue("--key", "invoice-42", "--payload", '{"x": 1}') == (0, first)
+    assert enqueue("--key", "") == (2, "")
+    assert sql_rows(dsn, "SELECT id::text, key FROM fairq.jobs") == [(first, "invoice-42")]

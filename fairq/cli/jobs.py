@@ -33,6 +33,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     e.add_argument("--priority", type=integer("priority"), help="higher runs first within a tenant")
     e.add_argument("--queue", help="queue name (default: default)")
     e.add_argument("--cost", type=number("cost"), help="work units, for the drr policy (default 1)")
+    e.add_argument("--key", help="idempotency key: while a job of this task with this key is "
+                                 "queued or running, print its id and enqueue nothing")
     e.set_defaults(handler=run_enqueue)
 
     j = sub.add_parser("job", parents=[common], help="show a job as JSON")
@@ -53,7 +55,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 def run_enqueue(args: argparse.Namespace) -> int:
     with open_app(args) as app:
         job_id = app.enqueue(args.task, tenant=args.tenant, payload=args.payload, delay=args.delay,
-                             priority=args.priority, queue=args.queue, cost=args.cost)
+                             priority=args.priority, queue=args.queue, cost=args.cost,
+                             key=args.key)
     print(job_id)
     return EXIT_OK
 

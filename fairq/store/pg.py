@@ -100,6 +100,13 @@ def connection_for(obj: Any) -> psycopg.Connection[Any]:
         return dbapi
     from fairq.errors import InvalidInput
 
+    driver = type(dbapi).__module__.split(".")[0] if dbapi is not None else None
+    if driver is not None and driver != "psycopg":
+        # A plain postgresql:// URL gives SQLAlchemy's default driver, psycopg2.
+        raise InvalidInput(
+            f"connection= needs SQLAlchemy's psycopg (3) driver, not {driver}: create the engine "
+            "with a postgresql+psycopg:// URL (fairq.config.sqlalchemy_url(dsn) makes one)"
+        )
     raise InvalidInput(
         "connection= takes a psycopg Connection, a SQLAlchemy Connection or a SQLAlchemy "
         f"Session using the psycopg driver, not {type(obj).__name__}"
