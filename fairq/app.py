@@ -19,6 +19,7 @@ from fairq.observe import NullObserver, WorkerObserver
 from fairq.store import Store
 
 if TYPE_CHECKING:
+    from fairq.store.aio import AsyncStore
     from fairq.worker import Worker
 
 Handler = Callable[..., Any]
@@ -43,6 +44,9 @@ class Task:
 
     def enqueue(self, *, tenant: str, payload: Any = None, **options: Any) -> int:
         return self.app.enqueue(self.name, tenant=tenant, payload=payload, **options)
+
+    async def enqueue_async(self, *, tenant: str, payload: Any = None, **options: Any) -> int:
+        return await self.app.enqueue_async(self.name, tenant=tenant, payload=payload, **options)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -108,6 +112,12 @@ class Tenants:
     def list(self) -> list[TenantConfig]:
         return self._app.store.list_tenants()
 
+    async def get_async(self, tenant: str, *, connection: Any = None) -> TenantConfig:
+        return await self._app.astore.get_tenant(v.name("tenant", tenant), connection=connection)
+
+    async def list_async(self, *, connection: Any = None) -> builtins.list[TenantConfig]:
+        return await self._app.astore.list_tenants(connection=connection)
+
     def apply(self, source: str | Any) -> builtins.list[TenantConfig]:
         """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing."""
         from fairq.tenant_config import load_tenant_file
@@ -147,6 +157,7 @@ class App:
         self._prepare_threshold = prepare_threshold
         self.pooler = pooler
         self._store: Store | None = None
+        self._astore: AsyncStore | None = None
         self.tasks: dict[str, Task] = {}
         self.tenants = Tenants(self)
 
@@ -166,10 +177,34 @@ class App:
                                 prepare_threshold=self._prepare_threshold, pooler=self.pooler)
         return self._store
 
+    @property
+    def astore(self) -> AsyncStore:
+        """The store's asyncio part (the ``*_async`` methods); its pool opens on first use."""
+        if self._astore is None:
+            from fairq.store.aio import AsyncStore
+
+            self._astore = AsyncStore(self.dsn, self.schema, max_size=self._pool_size,
+                                      prepare_threshold=self._prepare_threshold,
+                                      pooler=self.pooler)
+        return self._astore
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
             self._store = None
+        self._astore = None  # an async pool is closed by aclose(), in its event loop
+
+    async def aclose(self) -> None:
+        """Close the async pool (in the event loop that used it) and the sync one."""
+        if self._astore is not None:
+            await self._astore.close()
+        self.close()
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def __enter__(self) -> App:
         return self
@@ -266,6 +301,31 @@ class App:
         self.observer.on_enqueue(job.queue, job.tenant, 1)
         return job_id
 
+    async def enqueue_async(
+        self,
+        task: str,
+        *,
+        tenant: str,
+        payload: Any = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        priority: int | None = None,
+        cost: float | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        lease: int | None = None,
+        connection: Any = None,
+        key: str | None = None,
+    ) -> int:
+        """``enqueue`` for asyncio: ``connection=`` is a psycopg ``AsyncConnection``, a
+        SQLAlchemy ``AsyncConnection`` or ``AsyncSession``, whose transaction the job joins."""
+        job = self._new_job(task, tenant, payload, run_at=run_at, delay=delay, priority=priority,
+                            cost=cost, queue=queue, max_attempts=max_attempts, lease=lease,
+                            key=key)
+        job_id = (await self.astore.enqueue(NewJobColumns.of([job]), connection=connection))[0]
+        self.observer.on_enqueue(job.queue, job.tenant, 1)
+        return job_id
+
     def enqueue_many(
         self,
         task: str,
@@ -280,10 +340,48 @@ class App:
     ) -> list[int]:
         """Enqueue ``(tenant, payload)`` pairs, or ``(tenant, payload, key)`` triples (a key as
         in ``enqueue``): one round trip per chunk of 5,000, all validated first."""
+        jobs = self._columns(task, items, run_at=run_at, delay=delay, priority=priority,
+                             cost=cost, queue=queue)
+        if not jobs:
+            return []
+        ids = self.store.enqueue(jobs, connection=connection)
+        self._count(jobs)
+        return ids
+
+    async def enqueue_many_async(
+        self,
+        task: str,
+        items: Iterable[tuple[str, Any]],
+        *,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        priority: int | None = None,
+        cost: float | None = None,
+        queue: str | None = None,
+        connection: Any = None,
+    ) -> list[int]:
+        """``enqueue_many`` for asyncio (``connection=`` as in ``enqueue_async``)."""
+        jobs = self._columns(task, items, run_at=run_at, delay=delay, priority=priority,
+                             cost=cost, queue=queue)
+        if not jobs:
+            return []
+        ids = await self.astore.enqueue(jobs, connection=connection)
+        self._count(jobs)
+        return ids
+
+    def _count(self, jobs: NewJobColumns) -> None:
+        for t, count in Counter(jobs.tenants).items():
+            self.observer.on_enqueue(jobs.queues[0], t, count)
+
+    def _columns(self, task: str, items: Iterable[tuple[str, Any]], *,
+                 run_at: datetime | None, delay: float | timedelta | None,
+                 priority: int | None, cost: float | None,
+                 queue: str | None) -> NewJobColumns:
+        """``enqueue_many``'s items, validated, as the columns the store sends."""
         pairs = iter(items)
         first_pair = next(pairs, None)
         if first_pair is None:
-            return []
+            return NewJobColumns.of([])
         # The first job goes through every check (so errors come in enqueue's order); the rest
         # share its task, queue and options and differ only in tenant, payload and key.
         tenant0, payload0, key0 = _item(first_pair, 0)
@@ -308,17 +406,13 @@ class App:
             payloads.append(check_payload({} if payload is None else payload))
             keys.append(key)
         n = len(tenants)
-        jobs = NewJobColumns(
+        return NewJobColumns(
             tasks=[first.task] * n, tenants=tenants, payloads_json=payloads,
             queues=[first.queue] * n, priorities=[first.priority] * n, costs=[first.cost] * n,
             run_ats=[first.run_at] * n, delays=[first.delay] * n,
             max_attempts=[first.max_attempts] * n, lease_seconds=[first.lease_seconds] * n,
             keys=keys if any(k is not None for k in keys) else (),
         )
-        ids = self.store.enqueue(jobs, connection=connection)
-        for t, count in Counter(tenants).items():
-            self.observer.on_enqueue(first.queue, t, count)
-        return ids
 
     # -- jobs ----------------------------------------------------------------------------
     def job(self, job_id: int) -> JobInfo | None:
@@ -328,6 +422,16 @@ class App:
     def cancel(self, job_id: int) -> bool:
         """Cancel a queued job; False if it is running, finished or unknown."""
         return self.store.cancel(v.integer("job id", job_id, 1, 2**63 - 1))
+
+    async def job_async(self, job_id: int, *, connection: Any = None) -> JobInfo | None:
+        """``job`` for asyncio (``connection=`` as in ``enqueue_async``)."""
+        return await self.astore.get_job(v.integer("job id", job_id, 1, 2**63 - 1),
+                                         connection=connection)
+
+    async def cancel_async(self, job_id: int, *, connection: Any = None) -> bool:
+        """``cancel`` for asyncio (``connection=`` as in ``enqueue_async``)."""
+        return await self.astore.cancel(v.integer("job id", job_id, 1, 2**63 - 1),
+                                        connection=connection)
 
     # -- workers -------------------------------------------------------------------------
     def worker(self, **options: Any) -> Worker:

@@ -156,7 +156,19 @@ def test_payload_limits_are_inclusive(dsn: str) -> None:
     enqueue_sql(dsn, task="t", tenant="a", payload=psycopg.types.json.Jsonb(deepest))
     biggest = "x" * (v.MAX_PAYLOAD_BYTES - 2)  # and its two quotes
     enqueue_sql(dsn, task="t", tenant="a", payload=psycopg.types.json.Jsonb(biggest))
-    assert count_jobs(dsn) == 2
+    # Measured compact, as Python writes it: jsonb::text's spaces after , and : do not count.
+    # 50 members of 20 characters, ',"k00":"..."' each, and a last string to fill up to the limit.
+    members = {f"k{i:02}": "y" * 20 for i in range(50)}
+    fill = v.MAX_PAYLOAD_BYTES - len(json.dumps({**members, "z": ""}, separators=(",", ":")))
+    at_limit = {**members, "z": 'q"\\' + "z" * (fill - 5)}  # escapes count as written
+    assert len(json.dumps(at_limit, separators=(",", ":"))) == v.MAX_PAYLOAD_BYTES
+    enqueue_sql(dsn, task="t", tenant="a", payload=psycopg.types.json.Jsonb(at_limit))
+    with fairq.App(dsn) as app:
+        app.enqueue("t", tenant="a", payload=at_limit)
+    over = {**at_limit, "z": at_limit["z"] + "z"}
+    assert refusal(dsn, task="t", tenant="a", payload=psycopg.types.json.Jsonb(over)) == \
+        f"fairq: payload is {v.MAX_PAYLOAD_BYTES + 1} bytes as JSON text; the limit is 1048576"
+    assert count_jobs(dsn) == 4
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
