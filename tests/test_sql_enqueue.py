@@ -364,3 +364,44 @@ def test_cli_enqueue_with_a_key_prints_the_live_job(dsn: str) -> None:
     assert enqueue("--key", "invoice-42", "--payload", '{"x": 1}') == (0, first)
     assert enqueue("--key", "") == (2, "")
     assert sql_rows(dsn, "SELECT id::text, key FROM fairq.jobs") == [(first, "invoice-42")]
+
+
+def test_a_key_held_by_an_open_transaction_waits_for_its_outcome(dsn: str) -> None:
+    """The second producer waits for the first one's transaction: a rollback frees the key (the
+    second inserts its own job), a commit gives the second the first one's job."""
+    for outcome in ("rollback", "commit"):
+        got: list[int] = []
+        with psycopg.connect(dsn) as first:
+            [(first_id,)] = first.execute("SELECT fairq.enqueue(task => 't', tenant => 'a', "
+                                          "key => %s)", (outcome,)).fetchall()
+            second = threading.Thread(target=lambda key=outcome, out=got: out.append(
+                enqueue_sql(dsn, task="t", tenant="b", key=key)))
+            second.start()
+            second.join(1.0)
+            assert second.is_alive() and not got  # waiting on the first transaction
+            first.commit() if outcome == "commit" else first.rollback()
+            second.join(30)
+        assert len(got) == 1
+        assert (got[0] == first_id) == (outcome == "commit")
+        assert sql_rows(dsn, "SELECT id, tenant FROM fairq.jobs WHERE key = %s", (outcome,)) == \
+            [(got[0], "b" if outcome == "rollback" else "a")]
+
+
+def test_a_repeatable_read_producer_meeting_a_newer_keyed_job_must_retry(dsn: str) -> None:
+    with psycopg.connect(dsn) as rr:
+        rr.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        rr.execute("SELECT 1")  # the snapshot is taken here
+        other = enqueue_sql(dsn, task="t", tenant="a", key="k")
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            rr.execute("SELECT fairq.enqueue(task => 't', tenant => 'a', key => 'k')")
+    assert sql_rows(dsn, "SELECT id FROM fairq.jobs") == [(other,)]
+
+
+def test_a_duplicate_key_sends_no_notification(dsn: str) -> None:
+    enqueue_sql(dsn, task="t", tenant="a", key="k")
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN fairq_fairq")
+        enqueue_sql(dsn, task="t", tenant="a", key="k")
+        assert list(listener.notifies(timeout=0.5, stop_after=1)) == []
+        enqueue_sql(dsn, task="t", tenant="a", key="k2")
+        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == ["default"]

@@ -29,6 +29,7 @@ DECLARE
     n int := coalesce(cardinality(tenants), 0);
     problem text;
     out_ids bigint[];
+    new_ids bigint[];
     keyed bool := EXISTS (SELECT FROM unnest(keys) k WHERE k IS NOT NULL);
     todo bool[];
     attempt int := 0;
@@ -196,48 +197,37 @@ BEGIN
               AND (p.first_run <= now() OR s.wake_at IS NULL OR p.first_run < s.wake_at)
             RETURNING ts.queue
         ),
-        -- The inserted jobs got their ids in input order; a keyed job that was not inserted
-        -- (an earlier one of this call, or a live one, has its task and key) gets none here.
-        placed AS (
-            SELECT i.ord, row_number() OVER (ORDER BY i.ord) AS k
-            FROM input i
-            WHERE i.key IS NULL
-               OR (EXISTS (SELECT FROM ins WHERE ins.task = i.task AND ins.key = i.key)
-                   AND NOT EXISTS (SELECT FROM input e WHERE e.task = i.task AND e.key = i.key
-                                   AND e.ord < i.ord))
-        ),
-        ids AS (
-            SELECT ins.id, row_number() OVER (ORDER BY ins.id) AS k FROM ins
-        ),
         notified AS (
             SELECT count(pg_notify({channel}, q.queue)) AS sent
             FROM (SELECT DISTINCT p.queue FROM per_tenant p WHERE p.first_run <= now()) q
         )
-        SELECT CASE WHEN NOT keyed
-                    THEN (SELECT array_agg(ids.id ORDER BY ids.id) FROM ids)
-                    ELSE (SELECT array_agg(x.id ORDER BY x.ord) FROM (
-                              SELECT g.ord, coalesce(out_ids[g.ord], d.id) AS id
-                              FROM generate_subscripts(coalesce(out_ids, array_fill(
-                                       NULL::bigint, ARRAY[n])), 1) AS g(ord)
-                              LEFT JOIN placed pl ON pl.ord = g.ord
-                              LEFT JOIN ids d ON d.k = pl.k) x) END
-        INTO out_ids
+        -- The jobs without a key got their ids in input order (only keyed ones can be skipped).
+        SELECT (SELECT array_agg(ins.id ORDER BY ins.id) FROM ins WHERE ins.key IS NULL)
+        INTO new_ids
         FROM notified, (SELECT (SELECT count(*) FROM new_tenants)
                                + (SELECT count(*) FROM woken) AS touched) t;
         IF NOT keyed THEN
-            RETURN out_ids;
+            RETURN new_ids;
         END IF;
-        -- Keyed jobs not inserted: the live job with their task and key (a fresh snapshot:
-        -- it sees a concurrent producer's job that made ours conflict once that committed).
-        SELECT array_agg(coalesce(r.id, (
-                   SELECT j.id FROM {schema}.jobs j
-                   WHERE j.task = r.task AND j.key = r.key AND j.status IN ('queued', 'running'))
-               ) ORDER BY r.ord)
+        -- Each job: its id from an earlier round, else (no key) the next of new_ids, else (a
+        -- key) the live job with its task and key, inserted by this round or not. A fresh
+        -- snapshot: it sees the concurrent producer's job that made ours conflict, once that
+        -- committed. No joins between the inputs: index probes and array subscripts only.
+        SELECT array_agg(CASE WHEN r.id IS NOT NULL THEN r.id
+                              WHEN r.key IS NULL THEN new_ids[r.k]
+                              ELSE (SELECT j.id FROM {schema}.jobs j
+                                    WHERE j.task = r.task AND j.key = r.key
+                                      AND j.status IN ('queued', 'running')) END
+                         ORDER BY r.ord)
         INTO out_ids
-        FROM (SELECT g.ord, out_ids[g.ord] AS id,
-                     CASE WHEN cardinality(tasks) = 1 THEN tasks[1] ELSE tasks[g.ord] END AS task,
-                     CASE WHEN cardinality(keys) = 1 THEN keys[1] ELSE keys[g.ord] END AS key
-              FROM generate_subscripts(out_ids, 1) AS g(ord)) r;
+        FROM (SELECT g.ord, g.id, g.task, g.key,
+                     count(*) FILTER (WHERE g.key IS NULL AND g.id IS NULL)
+                         OVER (ORDER BY g.ord) AS k
+              FROM (SELECT s.ord, out_ids[s.ord] AS id,
+                           CASE WHEN cardinality(tasks) = 1 THEN tasks[1] ELSE tasks[s.ord] END
+                               AS task,
+                           CASE WHEN cardinality(keys) = 1 THEN keys[1] ELSE keys[s.ord] END AS key
+                    FROM generate_series(1, n) AS s(ord)) g) r;
         todo := (SELECT array_agg(x IS NULL ORDER BY o) FROM unnest(out_ids) WITH ORDINALITY AS u(x, o));
         IF NOT (true = ANY(todo)) THEN
             RETURN out_ids;
