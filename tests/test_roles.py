@@ -181,6 +181,8 @@ def test_producer_cannot_touch_the_schedule_but_enqueues_every_way(dsns: dict[st
     [(by_sql,)] = sql(p, "SELECT fairq.enqueue(task => 't', tenant => 'newco', "
                          "payload => '{\"n\": 4}'::jsonb, queue => 'reports', priority => 2)")
     assert again == many[1]
+    code, out, err = cli("--dsn", p, "enqueue", "t", "--tenant", "rival", "--key", "k-roles")
+    assert (code, out.strip()) == (0, str(many[1])), err
     rows = sql(dsns["owner"], "SELECT id, tenant, payload->>'n', queue, priority FROM fairq.jobs "
                               "WHERE id = ANY(%s) ORDER BY id", ([one, *many, by_sql],))
     assert rows == [(one, "acme", "1", "default", 0), (many[0], "acme", "2", "default", 0),
