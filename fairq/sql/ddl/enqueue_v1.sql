@@ -37,37 +37,33 @@ BEGIN
     IF n = 0 THEN
         RETURN '{}';
     END IF;
-    -- Every array: NULL, one element (shared) or one per job.
-    SELECT a.name INTO problem FROM (VALUES
-        ('tasks', cardinality(tasks)), ('payloads', cardinality(payloads)),
-        ('queues', cardinality(queues)), ('run_ats', cardinality(run_ats)),
-        ('delays', cardinality(delays)), ('priorities', cardinality(priorities)),
-        ('costs', cardinality(costs)), ('max_attempts', cardinality(enqueue_many.max_attempts)),
-        ('lease_seconds', cardinality(enqueue_many.lease_seconds)), ('keys', cardinality(keys))
-    ) AS a(name, len) WHERE a.len IS NOT NULL AND a.len NOT IN (1, n) LIMIT 1;
-    IF problem IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'FQ001', MESSAGE = 'fairq: ' || problem
-            || ' must have 1 element or one per tenant (' || n || ')';
-    END IF;
-    IF tasks IS NULL THEN
-        RAISE EXCEPTION 'fairq: task must not be null' USING ERRCODE = 'FQ001';
-    END IF;
-    -- Names: 1 to 200 characters (text cannot hold NUL).
-    SELECT c.kind || ' must be 1 to 200 characters, not '
-           || coalesce(quote_literal(left(c.v, 40)) || CASE WHEN length(c.v) > 40
-                       THEN '... (' || length(c.v) || ' characters)' ELSE '' END, 'null')
-    INTO problem
-    FROM (SELECT 'tenant' AS kind, t AS v FROM unnest(tenants) t
-          UNION ALL SELECT 'task', t FROM unnest(tasks) t
-          UNION ALL SELECT 'queue', q FROM unnest(queues) q WHERE q IS NOT NULL
-          UNION ALL SELECT 'key', k FROM unnest(keys) k WHERE k IS NOT NULL) c
-    WHERE c.v IS NULL OR length(c.v) NOT BETWEEN 1 AND 200
-    LIMIT 1;
-    IF problem IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'FQ001', MESSAGE = 'fairq: ' || problem;
-    END IF;
-    -- Numbers, the same ranges as fairq/validation.py.
+    -- Every check in one statement (one round through the executor, not one per check): the
+    -- first that fails gives the message. coalesce evaluates its arguments in order and stops
+    -- at the first that is not null.
     SELECT coalesce(
+        -- Every array: NULL, one element (shared) or one per job.
+        (SELECT a.name || ' must have 1 element or one per tenant (' || n || ')'
+         FROM (VALUES
+             ('tasks', cardinality(tasks)), ('payloads', cardinality(payloads)),
+             ('queues', cardinality(queues)), ('run_ats', cardinality(run_ats)),
+             ('delays', cardinality(delays)), ('priorities', cardinality(priorities)),
+             ('costs', cardinality(costs)),
+             ('max_attempts', cardinality(enqueue_many.max_attempts)),
+             ('lease_seconds', cardinality(enqueue_many.lease_seconds)),
+             ('keys', cardinality(keys))
+         ) AS a(name, len) WHERE a.len IS NOT NULL AND a.len NOT IN (1, n) LIMIT 1),
+        CASE WHEN tasks IS NULL THEN 'task must not be null' END,
+        -- Names: 1 to 200 characters (text cannot hold NUL).
+        (SELECT c.kind || ' must be 1 to 200 characters, not '
+                || coalesce(quote_literal(left(c.v, 40)) || CASE WHEN length(c.v) > 40
+                            THEN '... (' || length(c.v) || ' characters)' ELSE '' END, 'null')
+         FROM (SELECT 'tenant' AS kind, t AS v FROM unnest(tenants) t
+               UNION ALL SELECT 'task', t FROM unnest(tasks) t
+               UNION ALL SELECT 'queue', q FROM unnest(queues) q WHERE q IS NOT NULL
+               UNION ALL SELECT 'key', k FROM unnest(keys) k WHERE k IS NOT NULL) c
+         WHERE c.v IS NULL OR length(c.v) NOT BETWEEN 1 AND 200
+         LIMIT 1),
+        -- Numbers, the same ranges as fairq/validation.py.
         (SELECT 'priority must be between -32768 and 32767, not ' || p
          FROM unnest(priorities) p WHERE p NOT BETWEEN -32768 AND 32767 LIMIT 1),
         (SELECT 'cost must be > 0 and <= 1e9, not ' || c
@@ -82,32 +78,29 @@ BEGIN
          FROM unnest(run_ats) r WHERE NOT isfinite(r) LIMIT 1),
         (SELECT 'give run_at or delay, not both'
          WHERE EXISTS (SELECT FROM unnest(run_ats) r WHERE r IS NOT NULL)
-           AND EXISTS (SELECT FROM unnest(delays) d WHERE d IS NOT NULL)))
+           AND EXISTS (SELECT FROM unnest(delays) d WHERE d IS NOT NULL)),
+        -- Payloads: at most 1,048,576 bytes of compact JSON text (no space after `,` and `:`,
+        -- as Python's client writes it; jsonb::text adds those spaces, taken out again only for
+        -- the rare payload near the limit) and 100 levels of arrays and objects (a container
+        -- at level 100 below the top is the 101st). Fewer than 200 bytes of text cannot nest
+        -- 101 levels, so short payloads skip the path query.
+        (SELECT 'payload' || CASE WHEN n = 1 THEN '' ELSE ' ' || p.ord END || ' is ' || CASE
+                    WHEN c.size > 1048576 THEN c.size || ' bytes as JSON text; the limit is 1048576'
+                    ELSE 'nested more than 100 levels deep; the limit is 100 levels of arrays '
+                         'and objects'
+                END
+         FROM (SELECT x.ord, octet_length(x.p::text) AS size, x.p
+               FROM unnest(payloads) WITH ORDINALITY AS x(p, ord) WHERE x.p IS NOT NULL) p
+         CROSS JOIN LATERAL (
+             SELECT CASE WHEN p.size <= 1048576 THEN p.size
+                         ELSE octet_length(regexp_replace(
+                             p.p::text, '("(?:[^"\\]|\\.)*")|([:,]) ', '\1\2', 'g')) END AS size
+         ) c
+         WHERE c.size > 1048576
+            OR (p.size > 200 AND jsonb_path_exists(
+                    p.p, 'strict $.**{100} ? (@.type() == "array" || @.type() == "object")'))
+         ORDER BY p.ord LIMIT 1))
     INTO problem;
-    IF problem IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'FQ001', MESSAGE = 'fairq: ' || problem;
-    END IF;
-    -- Payloads: at most 1,048,576 bytes of compact JSON text (no space after `,` and `:`, as
-    -- Python's client writes it; jsonb::text adds those spaces, taken out again only for the
-    -- rare payload near the limit) and 100 levels of arrays and objects (a container at level
-    -- 100 below the top is the 101st). Fewer than 200 bytes of text cannot nest 101 levels, so
-    -- short payloads skip the path query.
-    SELECT 'payload' || CASE WHEN n = 1 THEN '' ELSE ' ' || p.ord END || ' is ' || CASE
-               WHEN c.size > 1048576 THEN c.size || ' bytes as JSON text; the limit is 1048576'
-               ELSE 'nested more than 100 levels deep; the limit is 100 levels of arrays and objects'
-           END
-    INTO problem
-    FROM (SELECT x.ord, octet_length(x.p::text) AS size, x.p
-          FROM unnest(payloads) WITH ORDINALITY AS x(p, ord) WHERE x.p IS NOT NULL) p
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN p.size <= 1048576 THEN p.size
-                    ELSE octet_length(regexp_replace(
-                        p.p::text, '("(?:[^"\\]|\\.)*")|([:,]) ', '\1\2', 'g')) END AS size
-    ) c
-    WHERE c.size > 1048576
-       OR (p.size > 200 AND jsonb_path_exists(
-               p.p, 'strict $.**{100} ? (@.type() == "array" || @.type() == "object")'))
-    ORDER BY p.ord LIMIT 1;
     IF problem IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'FQ001', MESSAGE = 'fairq: ' || problem;
     END IF;
