@@ -159,3 +159,15 @@ def test_sync_and_async_connections_are_not_mixed_up(dsn: str) -> None:
     asyncio.run(main())
     assert sql_rows(dsn, "SELECT count(*) FROM fairq.jobs") == [(0,)]
 
+
+
+def test_async_behind_a_pooler_sets_its_timeouts_per_transaction(dsn: str) -> None:
+    async def main() -> None:
+        async with fairq.App(dsn, pooler=True) as app:
+            job_id = await app.enqueue_async("t", tenant="a")
+            assert (await app.job_async(job_id)) is not None
+            async with app.astore._conn(None) as conn:
+                cur = await conn.execute("SELECT current_setting('lock_timeout')")
+                assert await cur.fetchone() == ("5s",)  # SET LOCAL, not the server's 0
+
+    asyncio.run(main())

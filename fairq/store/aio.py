@@ -22,7 +22,14 @@ from psycopg_pool import AsyncConnectionPool
 from fairq import sql
 from fairq.errors import InvalidInput
 from fairq.models import JobInfo, NewJobColumns, TenantConfig
-from fairq.store.pg import CHUNK, _invalid_input, enqueue_params, planner_options
+from fairq.store.pg import (
+    CHUNK,
+    PLAN_CACHE_MODE,
+    PLANNER_SETTINGS,
+    _invalid_input,
+    enqueue_params,
+    planner_options,
+)
 
 
 async def async_connection_for(obj: Any) -> psycopg.AsyncConnection[Any]:
@@ -66,6 +73,9 @@ class AsyncStore:
         self.dsn = dsn
         self.schema = schema
         self._max_size = max_size
+        self.pooler = pooler
+        self._timeouts = {"statement_timeout": str(statement_timeout_ms),
+                          "lock_timeout": str(lock_timeout_ms)}
         self._kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
         if not pooler:  # behind a transaction pooler session settings do not stick
             self._kwargs["options"] = (f"-c statement_timeout={int(statement_timeout_ms)} "
@@ -100,7 +110,15 @@ class AsyncStore:
             return
         pool = await self._get_pool()
         async with pool.connection() as conn:
-            yield conn
+            if not self.pooler:
+                yield conn
+                return
+            # Behind a transaction pooler: the timeouts as SET LOCAL, in a transaction of its own.
+            async with conn.transaction():
+                await conn.execute(self.q("transaction_settings"), {
+                    **self._timeouts, "synchronous_commit": None,
+                    "plan_cache_mode": PLAN_CACHE_MODE, **PLANNER_SETTINGS})
+                yield conn
 
     async def enqueue(self, jobs: NewJobColumns, connection: Any = None) -> list[int]:
         """Insert ``jobs`` (one round trip per chunk); in ``connection``'s transaction if given,
