@@ -20,6 +20,7 @@ from fairq.store import Store
 
 if TYPE_CHECKING:
     from fairq.periodic import Periodic
+    from fairq.store.aio import AsyncStore
     from fairq.worker import Worker
 
 Handler = Callable[..., Any]
@@ -45,8 +46,44 @@ class Task:
     def enqueue(self, *, tenant: str, payload: Any = None, **options: Any) -> int:
         return self.app.enqueue(self.name, tenant=tenant, payload=payload, **options)
 
+    async def enqueue_async(self, *, tenant: str, payload: Any = None, **options: Any) -> int:
+        return await self.app.enqueue_async(self.name, tenant=tenant, payload=payload, **options)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+
+def _module_name(fn: Handler) -> str:
+    """The module part of a task's default name: the name a worker that imports the module finds.
+
+    A script run as ``python app1.py`` is ``__main__`` here but ``app1`` to ``fairq worker
+    app1:app``, so its tasks are named after the file (``-m pkg.mod`` after ``pkg.mod``).
+    """
+    module = fn.__module__
+    if module != "__main__":
+        return module
+    import sys
+    from pathlib import Path
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        return str(spec.name).removesuffix(".__main__")
+    path = getattr(main, "__file__", None)
+    if path and Path(path).suffix == ".py":
+        return Path(path).stem
+    raise InvalidInput(f"task {fn.__qualname__!r} is defined in __main__ without a file (an "
+                       "interactive session?): give it a name, @app.task(name=...), that the "
+                       "worker's copy of the code registers too")
+
+
+def _item(item: Any, index: int) -> tuple[Any, Any, Any]:
+    """One ``enqueue_many`` item as (tenant, payload, key): a pair or a triple, nothing else
+    (a string would unpack into its characters)."""
+    if isinstance(item, tuple | list) and len(item) in (2, 3):
+        return (item[0], item[1], item[2] if len(item) == 3 else None)
+    raise InvalidInput(f"enqueue_many item {index} must be a (tenant, payload) pair or a "
+                       f"(tenant, payload, key) triple, not {type(item).__name__} {item!r:.60}")
 
 
 class Tenants:
@@ -89,6 +126,12 @@ class Tenants:
         from fairq import ops
 
         return ops.delete_tenant(self._app.store, tenant)
+
+    async def get_async(self, tenant: str, *, connection: Any = None) -> TenantConfig:
+        return await self._app.astore.get_tenant(v.name("tenant", tenant), connection=connection)
+
+    async def list_async(self, *, connection: Any = None) -> builtins.list[TenantConfig]:
+        return await self._app.astore.list_tenants(connection=connection)
 
     def apply(self, source: str | Any) -> builtins.list[TenantConfig]:
         """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing.
@@ -133,6 +176,7 @@ class App:
         self._prepare_threshold = prepare_threshold
         self.pooler = pooler
         self._store: Store | None = None
+        self._astore: AsyncStore | None = None
         self.tasks: dict[str, Task] = {}
         self.tenants = Tenants(self)
         self.periodics: dict[tuple[str, str], Periodic] = {}  # by (name, tenant)
@@ -153,10 +197,34 @@ class App:
                                 prepare_threshold=self._prepare_threshold, pooler=self.pooler)
         return self._store
 
+    @property
+    def astore(self) -> AsyncStore:
+        """The store's asyncio part (the ``*_async`` methods); its pool opens on first use."""
+        if self._astore is None:
+            from fairq.store.aio import AsyncStore
+
+            self._astore = AsyncStore(self.dsn, self.schema, max_size=self._pool_size,
+                                      prepare_threshold=self._prepare_threshold,
+                                      pooler=self.pooler)
+        return self._astore
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
             self._store = None
+        self._astore = None  # an async pool is closed by aclose(), in its event loop
+
+    async def aclose(self) -> None:
+        """Close the async pool (in the event loop that used it) and the sync one."""
+        if self._astore is not None:
+            await self._astore.close()
+        self.close()
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def __enter__(self) -> App:
         return self
@@ -185,7 +253,7 @@ class App:
         """Register a handler (``@app.task`` or ``@app.task(queue=..., lease=...)``)."""
 
         def register(f: Handler) -> Task:
-            task_name = v.name("task", name or f"{f.__module__}.{f.__qualname__}")
+            task_name = v.name("task", name or f"{_module_name(f)}.{f.__qualname__}")
             if task_name in self.tasks:
                 raise InvalidInput(f"task {task_name!r} is already registered")
             t = Task(self, task_name, f, v.name("queue", queue), v.max_attempts(max_attempts),
@@ -233,7 +301,7 @@ class App:
     def _new_job(self, task: str, tenant: str, payload: Any, *, run_at: datetime | None,
                  delay: float | timedelta | None, priority: int | None, cost: float | None,
                  queue: str | None, max_attempts: int | None = None,
-                 lease: int | None = None) -> NewJob:
+                 lease: int | None = None, key: str | None = None) -> NewJob:
         v.name("task", task)
         registered = self.tasks.get(task)
         if registered is None and self.tasks:
@@ -256,6 +324,7 @@ class App:
                                         else (registered.max_attempts if registered else 5)),
             lease_seconds=v.lease(lease if lease is not None
                                   else (registered.lease if registered else 300)),
+            key=None if key is None else v.name("key", key),
         )
 
     def enqueue(
@@ -272,11 +341,42 @@ class App:
         max_attempts: int | None = None,
         lease: int | None = None,
         connection: Any = None,
+        key: str | None = None,
     ) -> int:
-        """Enqueue one job; with ``connection=`` it commits or rolls back with that transaction."""
+        """Enqueue one job; with ``connection=`` it commits or rolls back with that transaction.
+
+        With ``key``, while a job of this task with that key is queued or running, its id is
+        returned and nothing is written (docs/producers.md).
+        """
         job = self._new_job(task, tenant, payload, run_at=run_at, delay=delay, priority=priority,
-                            cost=cost, queue=queue, max_attempts=max_attempts, lease=lease)
+                            cost=cost, queue=queue, max_attempts=max_attempts, lease=lease,
+                            key=key)
         job_id = self.store.enqueue([job], connection=connection)[0]
+        self.observer.on_enqueue(job.queue, job.tenant, 1)
+        return job_id
+
+    async def enqueue_async(
+        self,
+        task: str,
+        *,
+        tenant: str,
+        payload: Any = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        priority: int | None = None,
+        cost: float | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        lease: int | None = None,
+        connection: Any = None,
+        key: str | None = None,
+    ) -> int:
+        """``enqueue`` for asyncio: ``connection=`` is a psycopg ``AsyncConnection``, a
+        SQLAlchemy ``AsyncConnection`` or ``AsyncSession``, whose transaction the job joins."""
+        job = self._new_job(task, tenant, payload, run_at=run_at, delay=delay, priority=priority,
+                            cost=cost, queue=queue, max_attempts=max_attempts, lease=lease,
+                            key=key)
+        job_id = (await self.astore.enqueue(NewJobColumns.of([job]), connection=connection))[0]
         self.observer.on_enqueue(job.queue, job.tenant, 1)
         return job_id
 
@@ -292,36 +392,81 @@ class App:
         queue: str | None = None,
         connection: Any = None,
     ) -> list[int]:
-        """Enqueue ``(tenant, payload)`` pairs: one round trip per chunk of 5,000, all validated first."""
+        """Enqueue ``(tenant, payload)`` pairs, or ``(tenant, payload, key)`` triples (a key as
+        in ``enqueue``): one round trip per chunk of 5,000, all validated first."""
+        jobs = self._columns(task, items, run_at=run_at, delay=delay, priority=priority,
+                             cost=cost, queue=queue)
+        if not jobs:
+            return []
+        ids = self.store.enqueue(jobs, connection=connection)
+        self._count(jobs)
+        return ids
+
+    async def enqueue_many_async(
+        self,
+        task: str,
+        items: Iterable[tuple[str, Any]],
+        *,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        priority: int | None = None,
+        cost: float | None = None,
+        queue: str | None = None,
+        connection: Any = None,
+    ) -> list[int]:
+        """``enqueue_many`` for asyncio (``connection=`` as in ``enqueue_async``)."""
+        jobs = self._columns(task, items, run_at=run_at, delay=delay, priority=priority,
+                             cost=cost, queue=queue)
+        if not jobs:
+            return []
+        ids = await self.astore.enqueue(jobs, connection=connection)
+        self._count(jobs)
+        return ids
+
+    def _count(self, jobs: NewJobColumns) -> None:
+        for t, count in Counter(jobs.tenants).items():
+            self.observer.on_enqueue(jobs.queues[0], t, count)
+
+    def _columns(self, task: str, items: Iterable[tuple[str, Any]], *,
+                 run_at: datetime | None, delay: float | timedelta | None,
+                 priority: int | None, cost: float | None,
+                 queue: str | None) -> NewJobColumns:
+        """``enqueue_many``'s items, validated, as the columns the store sends."""
         pairs = iter(items)
         first_pair = next(pairs, None)
         if first_pair is None:
-            return []
+            return NewJobColumns.of([])
         # The first job goes through every check (so errors come in enqueue's order); the rest
-        # share its task, queue and options and differ only in tenant and payload.
-        tenant0, payload0 = first_pair
+        # share its task, queue and options and differ only in tenant, payload and key.
+        tenant0, payload0, key0 = _item(first_pair, 0)
         first = self._new_job(task, tenant0, payload0, run_at=run_at, delay=delay,
-                              priority=priority, cost=cost, queue=queue)
+                              priority=priority, cost=cost, queue=queue, key=key0)
         tenants = [first.tenant]
         payloads = [first.payload_json]
+        keys: list[str | None] = [first.key]
         valid_tenants = {first.tenant}
         check_name, check_payload = v.name, v.payload
-        for tenant, payload in pairs:
+        for item in pairs:
+            if type(item) is tuple and len(item) == 2:  # the common shape, checked cheaply
+                tenant, payload = item
+                key = None
+            else:
+                tenant, payload, key = _item(item, len(tenants))
+                if key is not None:
+                    check_name("key", key)
             if type(tenant) is not str or tenant not in valid_tenants:
                 valid_tenants.add(check_name("tenant", tenant))
             tenants.append(tenant)
             payloads.append(check_payload({} if payload is None else payload))
+            keys.append(key)
         n = len(tenants)
-        jobs = NewJobColumns(
+        return NewJobColumns(
             tasks=[first.task] * n, tenants=tenants, payloads_json=payloads,
             queues=[first.queue] * n, priorities=[first.priority] * n, costs=[first.cost] * n,
             run_ats=[first.run_at] * n, delays=[first.delay] * n,
             max_attempts=[first.max_attempts] * n, lease_seconds=[first.lease_seconds] * n,
+            keys=keys if any(k is not None for k in keys) else (),
         )
-        ids = self.store.enqueue(jobs, connection=connection)
-        for t, count in Counter(tenants).items():
-            self.observer.on_enqueue(first.queue, t, count)
-        return ids
 
     # -- jobs ----------------------------------------------------------------------------
     def job(self, job_id: int) -> JobInfo | None:
@@ -357,6 +502,16 @@ class App:
         from fairq import ops
 
         return ops.cancel_tenant(self.store, tenant, queue=queue, limit=limit)
+
+    async def job_async(self, job_id: int, *, connection: Any = None) -> JobInfo | None:
+        """``job`` for asyncio (``connection=`` as in ``enqueue_async``)."""
+        return await self.astore.get_job(v.integer("job id", job_id, 1, 2**63 - 1),
+                                         connection=connection)
+
+    async def cancel_async(self, job_id: int, *, connection: Any = None) -> bool:
+        """``cancel`` for asyncio (``connection=`` as in ``enqueue_async``)."""
+        return await self.astore.cancel(v.integer("job id", job_id, 1, 2**63 - 1),
+                                        connection=connection)
 
     # -- workers -------------------------------------------------------------------------
     def worker(self, **options: Any) -> Worker:

@@ -36,6 +36,7 @@ class NewJob:
     delay: float | None = None
     max_attempts: int = 5
     lease_seconds: int = 300
+    key: str | None = None  # idempotency key: one queued or running job per (task, key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,7 @@ class NewJobColumns:
     delays: Sequence[float | None]
     max_attempts: Sequence[int]
     lease_seconds: Sequence[int]
+    keys: Sequence[str | None] = ()  # empty: no job has a key
 
     @classmethod
     def of(cls, jobs: Sequence[NewJob]) -> NewJobColumns:
@@ -70,6 +72,7 @@ class NewJobColumns:
             delays=[j.delay for j in jobs],
             max_attempts=[j.max_attempts for j in jobs],
             lease_seconds=[j.lease_seconds for j in jobs],
+            keys=[j.key for j in jobs] if any(j.key is not None for j in jobs) else (),
         )
 
     def __len__(self) -> int:

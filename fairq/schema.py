@@ -69,6 +69,16 @@ def settings_policy_ddl(schema: str) -> str:
             f"USING ({stamp}) WITH CHECK ({stamp})")
 
 
+def enqueue_functions_ddl(schema: str) -> str:
+    """The SQL enqueue functions (fairq/sql/ddl/enqueue_v1.sql) for ``schema``: ``{channel}`` is
+    the schema's NOTIFY channel (``fairq.store.pg.channel_for``) as a literal."""
+    from importlib import resources
+
+    name = validate_schema_name(schema)
+    text = resources.files("fairq.sql").joinpath("ddl/enqueue_v1.sql").read_text(encoding="utf-8")
+    return text.replace("{schema}", f'"{name}"').replace("{channel}", f"'fairq_{name}'")
+
+
 def jobs_storage_ddl(schema: str) -> str:
     """``ALTER TABLE`` setting the jobs table's autovacuum and fill-factor parameters."""
     params = ", ".join(f"{k} = {v}" for k, v in JOBS_STORAGE.items())
@@ -104,6 +114,8 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("finished_at", DateTime(timezone=True)),
         # A done job's return value (fairq.results): NULL when it returned None or too much.
         Column("result", JSONB),
+        # An idempotency key: unique per task among queued and running jobs (jobs_key_idx).
+        Column("key", Text),
         PrimaryKeyConstraint("id", name="jobs_pkey"),
         CheckConstraint(
             "status IN ('queued', 'running', 'done', 'failed', 'cancelled')",
@@ -114,6 +126,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         CheckConstraint("lease_seconds >= 1", name="jobs_lease_seconds_check"),
         CheckConstraint("length(tenant) BETWEEN 1 AND 200", name="jobs_tenant_check"),
         CheckConstraint("length(queue) BETWEEN 1 AND 200", name="jobs_queue_check"),
+        CheckConstraint("length(key) BETWEEN 1 AND 200", name="jobs_key_check"),
         # The fair policies' claim: one tenant's ready jobs, in its own order (R2, R25).
         Index(
             "jobs_tenant_ready_idx",
@@ -141,6 +154,10 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         # running job through this index for a finish of ten whenever the statistics said few
         # were running (migration 0002).
         Index("jobs_lease_idx", "locked_until", postgresql_where=text("locked_until IS NOT NULL")),
+        # Idempotency keys (migration 0005): one live job per task and key; enqueue_many's
+        # ON CONFLICT names this predicate.
+        Index("jobs_key_idx", "task", "key", unique=True,
+              postgresql_where=text("key IS NOT NULL AND status IN ('queued', 'running')")),
         # The pruner: finished jobs by age (R13).
         Index(
             "jobs_finished_idx",
@@ -231,4 +248,6 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     )
     # The engine's functions (migration 0003); create_all gets them through this hook.
     event.listen(md, "after_create", DDL(engine_functions_ddl(schema)))  # type: ignore[no-untyped-call]
+    # The SQL enqueue (migration 0005), after the engine's functions it calls.
+    event.listen(md, "after_create", DDL(enqueue_functions_ddl(schema)))  # type: ignore[no-untyped-call]
     return md

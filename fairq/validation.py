@@ -12,10 +12,11 @@ from typing import Any
 from fairq.errors import InvalidInput
 
 MAX_NAME = 200  # tenant, queue and task names (characters)
-# Payload limits, checked at enqueue (docs/reliability.md). The depth is the nesting of arrays
-# and objects (a scalar is depth 0, ``[]`` and ``{}`` depth 1): far below the ~1,000 levels at
-# which Python's json module raises RecursionError, so every accepted payload decodes in the
-# worker. The size is of the JSON text as UTF-8.
+# Payload limits, checked at enqueue (docs/reliability.md), the same in the SQL enqueue
+# (fairq/sql/ddl/enqueue_v1.sql). The depth is the nesting of arrays and objects (a scalar is
+# depth 0, ``[]`` and ``{}`` depth 1): far below the ~1,000 levels at which Python's json module
+# raises RecursionError, so every accepted payload decodes in the worker. The size is of the JSON
+# text as UTF-8.
 MAX_PAYLOAD_DEPTH = 100
 MAX_PAYLOAD_BYTES = 1_048_576
 PRIORITY_RANGE = (-32768, 32767)

@@ -50,6 +50,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     source.add_argument("--no-app", action="store_true",
                         help="enqueue TASK by name without loading its app: nothing checks the "
                         "name, and what is not given here takes fairq's defaults (queue default)")
+    e.add_argument("--key", help="idempotency key: while a job of this task with this key is "
+                                 "queued or running, print its id and enqueue nothing")
     e.set_defaults(handler=run_enqueue)
 
     j = sub.add_parser("job", parents=[common], help="show a job as JSON")
@@ -81,7 +83,8 @@ def run_enqueue(args: argparse.Namespace) -> int:
     v.payload({} if args.payload is None else args.payload)
     options = {"tenant": args.tenant, "payload": args.payload, "delay": args.delay,
                "priority": args.priority, "queue": args.queue, "cost": args.cost,
-               "max_attempts": args.max_attempts, "lease": args.lease}
+               "max_attempts": args.max_attempts, "lease": args.lease,
+               "key": args.key}
     if args.no_app:
         with open_app(args) as app:
             job_id = app.enqueue(args.task, **options)

@@ -3,97 +3,20 @@
 -- a worker that lost its lease changes nothing (R7).
 
 -- name: enqueue
--- Insert a chunk of jobs in one round trip (arrays, see below), create the tenants'
--- schedule rows on first sight (with the configured or default weight and cap), wake idle
--- tenants, and notify listeners at commit.
---
--- A tenant that becomes active starts at the queue's virtual time V (queue_vtime): idle time
--- banks no credit and no debt, and an idle queue starts afresh.
---
--- Tenants and payloads come one element per job. Every other array has one element per job too,
--- or a single element that every job of the chunk shares (a bulk enqueue): unnest pads it
--- with NULLs and the CASEs give every row that element, so it is neither sent nor unnested
--- 5,000 times.
-WITH arg AS MATERIALIZED (  -- each cast once, not once a row
-    SELECT %(queues)b::text[] AS queues, %(tasks)b::text[] AS tasks,
-           %(priorities)b::smallint[] AS priorities, %(costs)b::float8[] AS costs,
-           %(run_ats)b::timestamptz[] AS run_ats, %(delays)b::float8[] AS delays,
-           %(max_attempts)b::int[] AS max_attempts, %(leases)b::int[] AS leases
-),
-input AS (
-    SELECT i.ord, i.tenant, i.payload,
-           CASE WHEN cardinality(a.queues) = 1 THEN a.queues[1] ELSE i.queue END AS queue,
-           CASE WHEN cardinality(a.tasks) = 1 THEN a.tasks[1] ELSE i.task END AS task,
-           CASE WHEN cardinality(a.priorities) = 1 THEN a.priorities[1] ELSE i.priority END
-               AS priority,
-           CASE WHEN cardinality(a.costs) = 1 THEN a.costs[1] ELSE i.cost END AS cost,
-           CASE WHEN cardinality(a.run_ats) = 1 THEN a.run_ats[1] ELSE i.run_at END AS run_at,
-           CASE WHEN cardinality(a.delays) = 1 THEN a.delays[1] ELSE i.delay END AS delay,
-           CASE WHEN cardinality(a.max_attempts) = 1 THEN a.max_attempts[1] ELSE i.max_attempts END
-               AS max_attempts,
-           CASE WHEN cardinality(a.leases) = 1 THEN a.leases[1] ELSE i.lease_seconds END
-               AS lease_seconds
-    FROM arg a, unnest(
-        a.queues, %(tenants)b::text[], a.tasks, %(payloads)b::text[]::jsonb[], a.priorities,
-        a.costs, a.run_ats, a.max_attempts, a.leases, a.delays
-    ) WITH ORDINALITY AS i(queue, tenant, task, payload, priority, cost, run_at,
-                           max_attempts, lease_seconds, delay, ord)
-),
-ins AS (
-    INSERT INTO {schema}.jobs (queue, tenant, task, payload, priority, cost, run_at,
-                               max_attempts, lease_seconds)
-    -- A delay is added to the database clock, never to the producer's.
-    SELECT i.queue, i.tenant, i.task, i.payload, i.priority, i.cost,
-           coalesce(i.run_at, now() + make_interval(secs => coalesce(i.delay, 0))),
-           i.max_attempts, i.lease_seconds
-    FROM input i ORDER BY i.ord
-    RETURNING id, queue, tenant, run_at
-),
-per_tenant AS (
-    SELECT ins.queue, ins.tenant, min(ins.run_at) AS first_run FROM ins GROUP BY 1, 2
-),
-defaults AS (
-    SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running
-    FROM {schema}.settings WHERE key = 'tenant_defaults'
-),
-new_tenants AS (
-    INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active, wake_at)
-    SELECT p.queue, p.tenant, coalesce(t.weight, d.weight, 1.0), coalesce(t.max_running, d.max_running, 10),
-           {schema}.queue_vtime(p.queue), p.first_run <= now(),
-           CASE WHEN p.first_run > now() THEN p.first_run END
-    FROM per_tenant p
-    LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
-    LEFT JOIN defaults d ON true
-    ORDER BY p.queue, p.tenant
-    ON CONFLICT (queue, tenant) DO NOTHING
-    RETURNING ts.queue
-),
--- Existing tenants, FOR KEY SHARE until this transaction commits: a claim retires a tenant
--- (claim_settle) only under FOR UPDATE, which conflicts, so it cannot retire one whose new job
--- it cannot see yet. If a claim retired it first, the lock waits for that claim and returns
--- the retired row, and the tenant is woken below. KEY SHARE does not conflict with the claims'
--- and finishes' FOR NO KEY UPDATE: a producer's open transaction delays nobody.
-seen AS MATERIALIZED (
-    SELECT ts.queue, ts.tenant, ts.active, ts.wake_at
-    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
-    ORDER BY ts.queue, ts.tenant
-    FOR KEY SHARE OF ts
-),
--- Only idle tenants are written: a busy tenant's row is left to the claimers.
-woken AS (
-    UPDATE {schema}.tenant_schedule ts
-    SET active = p.first_run <= now(),
-        vtime = CASE WHEN p.first_run <= now() THEN {schema}.queue_vtime(ts.queue) ELSE ts.vtime END,
-        wake_at = CASE WHEN p.first_run <= now() THEN NULL ELSE least(ts.wake_at, p.first_run) END
-    FROM seen s JOIN per_tenant p USING (queue, tenant)
-    WHERE ts.queue = s.queue AND ts.tenant = s.tenant AND NOT s.active
-      AND (p.first_run <= now() OR s.wake_at IS NULL OR p.first_run < s.wake_at)
-    RETURNING ts.queue
-)
-SELECT (SELECT array_agg(ins.id ORDER BY ins.id) FROM ins) AS ids,
-       (SELECT count(pg_notify(%(channel)s, q.queue))
-        FROM (SELECT DISTINCT p.queue FROM per_tenant p WHERE p.first_run <= now()) q) AS notified,
-       (SELECT count(*) FROM new_tenants) + (SELECT count(*) FROM woken) AS tenants_touched;
+-- Insert a chunk of jobs in one round trip through the SQL enqueue (fairq/sql/ddl/
+-- enqueue_v1.sql), the one implementation every client shares: it checks the jobs, creates or
+-- wakes their tenants' schedule rows and notifies listeners at commit; returns the ids in input
+-- order. Tenants and payloads come one element per job; every other array has one element per
+-- job or a single element that every job of the chunk shares (a bulk enqueue), so it is
+-- neither sent nor unnested 5,000 times. The arrays go in binary.
+SELECT {schema}.enqueue_many(
+    tasks => %(tasks)b::text[], tenants => %(tenants)b::text[],
+    payloads => %(payloads)b::text[]::jsonb[], queues => %(queues)b::text[],
+    run_ats => %(run_ats)b::timestamptz[], delays => %(delays)b::float8[],
+    priorities => %(priorities)b::int[], costs => %(costs)b::float8[],
+    max_attempts => %(max_attempts)b::int[], lease_seconds => %(leases)b::int[],
+    keys => %(keys)b::text[]
+) AS ids;
 
 -- name: finish_done
 -- Mark a batch of running jobs done, with their results; give their tenants' slots back.

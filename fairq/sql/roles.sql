@@ -31,17 +31,18 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.periodic TO {role};
 GRANT DELETE ON {schema}.jobs TO {role};
 
 -- name: roles_grant_producer
--- Enqueue: insert jobs and read back only their ids, create or wake the tenants' schedule rows
--- (never their running counts or configuration), read the tenants' settings.
+-- Enqueue only: EXECUTE on the SQL enqueue functions, which run as the schema's owner (SECURITY
+-- DEFINER) and do the checks, the job insert and the tenants' activation themselves. No
+-- privilege on any table: a producer can neither pick a schedule row's virtual time, weight or
+-- state nor read or change jobs. The REVOKE takes back the table grants older fairq versions
+-- gave this role (so give each kind its own role: it would take a worker's grants too).
+REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
-GRANT INSERT (queue, tenant, task, payload, priority, cost, run_at, max_attempts, lease_seconds)
-    ON {schema}.jobs TO {role};
-GRANT SELECT (id, queue, tenant, run_at) ON {schema}.jobs TO {role};
-GRANT SELECT ON {schema}.tenant_schedule TO {role};
-GRANT INSERT (queue, tenant, weight, max_running, vtime, active, wake_at)
-    ON {schema}.tenant_schedule TO {role};
-GRANT UPDATE (active, vtime, wake_at) ON {schema}.tenant_schedule TO {role};
-GRANT SELECT ON {schema}.tenants, {schema}.settings TO {role};
+GRANT EXECUTE ON FUNCTION
+    {schema}.enqueue(text, text, jsonb, text, timestamptz, int, float8, int, int, text),
+    {schema}.enqueue_many(text[], text[], jsonb[], text[], timestamptz[], float8[], int[],
+                          float8[], int[], int[], text[])
+    TO {role};
 
 -- name: roles_grant_monitor
 -- Read-only: `fairq stats` and `fairq exporter` (with pg_stat_statements, or --no-probe: the

@@ -107,6 +107,28 @@ def _shared(column: Sequence[Any]) -> list[Any]:
     return values[:1] if values and values.count(values[0]) == len(values) else values
 
 
+def enqueue_params(jobs: NewJobColumns) -> dict[str, Any]:
+    """The ``enqueue`` statement's parameters for one chunk (the sync and async stores').
+
+    The arrays go in binary (the statement's %(name)b): no text quoting of 5,000 payloads.
+    A binary array must be of one Python type, hence the float() of costs and delays.
+    A column whose jobs all share one value goes as that one value (see the statement).
+    """
+    return {
+        "queues": _shared(jobs.queues),
+        "tenants": jobs.tenants,
+        "tasks": _shared(jobs.tasks),
+        "payloads": jobs.payloads_json,
+        "priorities": _shared(jobs.priorities),
+        "costs": [float(c) for c in _shared(jobs.costs)],
+        "run_ats": _shared(jobs.run_ats),
+        "max_attempts": _shared(jobs.max_attempts),
+        "leases": _shared(jobs.lease_seconds),
+        "delays": [None if d is None else float(d) for d in _shared(jobs.delays)],
+        "keys": _shared(jobs.keys) if jobs.keys else None,
+    }
+
+
 def channel_for(schema: str) -> str:
     """The LISTEN/NOTIFY channel of a schema: wake-ups carry the queue name only (R11)."""
     return f"fairq_{schema}"
@@ -119,6 +141,15 @@ def connection_for(obj: Any) -> psycopg.Connection[Any]:
     """
     if isinstance(obj, psycopg.Connection):
         return obj
+    import inspect
+
+    if isinstance(obj, psycopg.AsyncConnection) or any(
+            inspect.iscoroutinefunction(getattr(type(obj), m, None))
+            for m in ("connection", "get_raw_connection")):
+        from fairq.errors import InvalidInput
+
+        raise InvalidInput(f"connection= is async ({type(obj).__name__}): await the async "
+                           "methods instead (enqueue_async, enqueue_many_async)")
     get_conn = getattr(obj, "connection", None)
     if callable(get_conn):  # SQLAlchemy Session: .connection() -> Connection (in its transaction)
         obj = get_conn()
@@ -133,10 +164,32 @@ def connection_for(obj: Any) -> psycopg.Connection[Any]:
         return dbapi
     from fairq.errors import InvalidInput
 
+    driver = type(dbapi).__module__.split(".")[0] if dbapi is not None else None
+    if driver is not None and driver != "psycopg":
+        # A plain postgresql:// URL gives SQLAlchemy's default driver, psycopg2.
+        raise InvalidInput(
+            f"connection= needs SQLAlchemy's psycopg (3) driver, not {driver}: create the engine "
+            "with a postgresql+psycopg:// URL (fairq.config.sqlalchemy_url(dsn) makes one)"
+        )
     raise InvalidInput(
         "connection= takes a psycopg Connection, a SQLAlchemy Connection or a SQLAlchemy "
         f"Session using the psycopg driver, not {type(obj).__name__}"
     )
+
+
+# The SQLSTATE of the SQL enqueue's checks (fairq/sql/ddl/enqueue_v1.sql): the same refusals
+# as fairq.validation, for every client.
+INVALID_INPUT_SQLSTATE = "FQ001"
+
+
+def _invalid_input(exc: psycopg.Error) -> Exception:
+    """The SQL enqueue's refusal as ``InvalidInput`` (one line); any other error as it is."""
+    from fairq.errors import InvalidInput
+
+    if exc.sqlstate != INVALID_INPUT_SQLSTATE:
+        return exc
+    message = exc.diag.message_primary or str(exc)
+    return InvalidInput(message.removeprefix("fairq: "))
 
 
 class Store:
@@ -243,23 +296,10 @@ class Store:
         return ids
 
     def _enqueue_chunk(self, cur: psycopg.Cursor[Any], jobs: NewJobColumns) -> list[int]:
-        # The arrays go in binary (the statement's %(name)b): no text quoting of 5,000 payloads.
-        # A binary array must be of one Python type, hence the float() of costs and delays.
-        # A column whose jobs all share one value goes as that one value (see the statement).
-        params = {
-            "queues": _shared(jobs.queues),
-            "tenants": jobs.tenants,
-            "tasks": _shared(jobs.tasks),
-            "payloads": jobs.payloads_json,
-            "priorities": _shared(jobs.priorities),
-            "costs": [float(c) for c in _shared(jobs.costs)],
-            "run_ats": _shared(jobs.run_ats),
-            "max_attempts": _shared(jobs.max_attempts),
-            "leases": _shared(jobs.lease_seconds),
-            "delays": [None if d is None else float(d) for d in _shared(jobs.delays)],
-            "channel": self.channel,
-        }
-        cur.execute(self.q("enqueue"), params)
+        try:
+            cur.execute(self.q("enqueue"), enqueue_params(jobs))
+        except psycopg.Error as exc:
+            raise _invalid_input(exc) from None
         row = cur.fetchone()
         if row is None:
             return []

@@ -14,6 +14,7 @@ from support.fairtools import sql_rows
 import fairq
 from fairq.config import sqlalchemy_url
 from fairq.observe import NullObserver
+from fairq.validation import MAX_PAYLOAD_BYTES
 
 
 class Recorder(NullObserver):
@@ -74,7 +75,7 @@ def test_enqueue_rejects_other_connection_objects(app: fairq.App) -> None:
     {"tenant": "t", "cost": 0}, {"tenant": "t", "priority": 40000},
     {"tenant": "t", "delay": -1}, {"tenant": "t", "run_at": datetime(2030, 1, 1)},
     {"tenant": "t", "delay": 1, "run_at": datetime.now(UTC)},
-    {"tenant": "t", "payload": "x" * 1_000_001},
+    {"tenant": "t", "payload": "x" * (MAX_PAYLOAD_BYTES + 1)},
 ])
 def test_bad_input_raises_before_anything_is_written(app: fairq.App, dsn: str, kwargs: dict) -> None:
     with pytest.raises(fairq.InvalidInput):

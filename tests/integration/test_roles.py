@@ -181,6 +181,67 @@ def test_producer_can_only_enqueue(dsns: dict[str, str]) -> None:
     assert denied(p, "TRUNCATE fairq.jobs")
 
 
+# A producer that could write the schedule could pick its own place in line: these are refused.
+PRODUCER_REFUSED = (
+    "INSERT INTO fairq.tenant_schedule (queue, tenant, weight, max_running, vtime, active) "
+    "VALUES ('default', 'evilcorp', 1000000, 1000000, -1e300, true)",
+    "UPDATE fairq.tenant_schedule SET vtime = -1e308 WHERE tenant = 'acme'",
+    "UPDATE fairq.tenant_schedule SET active = false, wake_at = 'infinity' WHERE tenant = 'rival'",
+    "INSERT INTO fairq.jobs (queue, tenant, task) VALUES ('default', 'acme', 'x')",
+    "UPDATE fairq.jobs SET status = 'queued', attempts = 0",
+    "SELECT id FROM fairq.jobs",
+    "SELECT vtime FROM fairq.tenant_schedule",
+    "SELECT weight FROM fairq.tenants",
+    "INSERT INTO fairq.settings VALUES ('tenant_defaults', '{}')",
+)
+
+
+def test_producer_cannot_touch_the_schedule_but_enqueues_every_way(dsns: dict[str, str]) -> None:
+    p = dsns["producer"]
+    with fairq.App(dsns["owner"]) as owner:
+        owner.enqueue("t", tenant="acme")
+        owner.enqueue("t", tenant="rival")
+    schedule = ("SELECT queue, tenant, weight, max_running, vtime, active, wake_at "
+                "FROM fairq.tenant_schedule WHERE tenant IN ('acme', 'rival') ORDER BY 1, 2")
+    before = sql(dsns["owner"], schedule)
+    for statement in PRODUCER_REFUSED:
+        assert denied(p, statement), statement
+    with fairq.App(p) as app:
+        one = app.enqueue("t", tenant="acme", payload={"n": 1})
+        many = app.enqueue_many("t", [("acme", {"n": 2}), ("rival", {"n": 3}, "k-roles")])
+        again = app.enqueue("t", tenant="rival", key="k-roles")
+    [(by_sql,)] = sql(p, "SELECT fairq.enqueue(task => 't', tenant => 'newco', "
+                         "payload => '{\"n\": 4}'::jsonb, queue => 'reports', priority => 2)")
+    assert again == many[1]
+    code, out, err = cli("--dsn", p, "enqueue", "t", "--no-app", "--tenant", "rival", "--key", "k-roles")
+    assert (code, out.strip()) == (0, str(many[1])), err
+    rows = sql(dsns["owner"], "SELECT id, tenant, payload->>'n', queue, priority FROM fairq.jobs "
+                              "WHERE id = ANY(%s) ORDER BY id", ([one, *many, by_sql],))
+    assert rows == [(one, "acme", "1", "default", 0), (many[0], "acme", "2", "default", 0),
+                    (many[1], "rival", "3", "default", 0), (by_sql, "newco", "4", "reports", 2)]
+    assert sql(dsns["owner"], schedule) == before  # busy tenants' rows are the claimers' to write
+    assert sql(dsns["owner"], "SELECT weight, max_running, active FROM fairq.tenant_schedule "
+                              "WHERE tenant = 'newco'") == [(1.0, 10, True)]
+    # The functions' own checks hold for the producer too, with their own SQLSTATE.
+    with pytest.raises(psycopg.Error) as refused:
+        sql(p, "SELECT fairq.enqueue(task => 't', tenant => 'x', cost => -1)")
+    assert refused.value.sqlstate == "FQ001"
+    # EXECUTE is the producer's only, not PUBLIC's: the monitor (USAGE on the schema) cannot.
+    assert denied(dsns["monitor"], "SELECT fairq.enqueue(task => 't', tenant => 'm')")
+
+
+def test_reapplying_the_roles_takes_back_older_producer_table_grants(dsns: dict[str, str]) -> None:
+    owner = dsns["owner"]
+    sql(owner, "GRANT INSERT (queue, tenant, weight, max_running, vtime, active, wake_at) "
+               "ON fairq.tenant_schedule TO fq_producer")
+    sql(owner, "GRANT UPDATE (active, vtime, wake_at) ON fairq.tenant_schedule TO fq_producer")
+    assert not denied(dsns["producer"], "UPDATE fairq.tenant_schedule SET active = true WHERE false")
+    code, _, err = cli("--dsn", owner, "roles", "--apply", "--producer", "fq_producer")
+    assert code == 0, err
+    for statement in (*PRODUCER_REFUSED, "UPDATE fairq.tenant_schedule SET active = true WHERE false"):
+        assert denied(dsns["producer"], statement), statement
+
+
 def test_worker_can_only_claim_and_finish(dsns: dict[str, str]) -> None:
     wk = dsns["worker"]
     with fairq.App(wk) as app:
