@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import enum
 import functools
 import inspect
 from collections import Counter
@@ -48,6 +49,15 @@ class Task:
         return self.fn(*args, **kwargs)
 
 
+class _Keep(enum.Enum):
+    """The default of a setting ``tenants.set`` leaves as it is (None means "no limit" there)."""
+
+    KEEP = "keep"
+
+
+KEEP = _Keep.KEEP
+
+
 class Tenants:
     """Operators' side: weights and caps, effective from the next claim (no restart)."""
 
@@ -55,16 +65,34 @@ class Tenants:
         self._app = app
 
     def set(self, tenant: str, *, weight: float | None = None,
-            max_running: int | None = None) -> TenantConfig:
-        """Set a tenant's weight and/or cap; unset fields keep their current value."""
+            max_running: int | None = None, rate: float | _Keep | None = KEEP,
+            burst: int | _Keep | None = KEEP) -> TenantConfig:
+        """Set a tenant's weight, cap and/or rate limit; unset fields keep their current value.
+
+        ``rate`` is jobs started per second in each queue (``rate=None`` removes the limit) and
+        ``burst`` how many may start at once after idling (default: one second's worth).
+        """
         v.name("tenant", tenant)
         new_weight = v.weight(weight) if weight is not None else None  # checked before any query
         new_cap = v.max_running(max_running) if max_running is not None else None
+        if rate is not KEEP and rate is not None:
+            v.rate(rate)
+        if burst is not KEEP and burst is not None:
+            v.burst(burst)
         current = self._app.store.get_tenant(tenant)
+        new_rate = current.rate if rate is KEEP else rate
+        if burst is not KEEP:
+            new_burst = burst
+        elif new_rate is None or current.rate is None:
+            new_burst = None  # none without a rate; the default for a first rate
+        else:
+            new_burst = current.burst  # a new rate keeps the bucket's size
+        new_rate, new_burst = v.rate_limit(new_rate, new_burst)
         new = TenantConfig(
             tenant,
             new_weight if new_weight is not None else current.weight,
             new_cap if new_cap is not None else current.max_running,
+            rate=new_rate, burst=new_burst,
         )
         self._app.store.set_tenants([new])
         return new

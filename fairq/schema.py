@@ -52,12 +52,18 @@ JOBS_STORAGE = {
 WEIGHT_CHECK = "weight >= 0.001 AND weight <= 1000"
 
 
-def engine_functions_ddl(schema: str) -> str:
-    """The engine's functions (fairq/sql/ddl/engine_v1.sql) for ``schema``."""
+def engine_functions_ddl(schema: str, version: int = 1) -> str:
+    """The engine's functions (fairq/sql/ddl/engine_v<version>.sql) for ``schema``."""
     from importlib import resources
 
-    text = resources.files("fairq.sql").joinpath("ddl/engine_v1.sql").read_text(encoding="utf-8")
+    text = resources.files("fairq.sql").joinpath(f"ddl/engine_v{version}.sql").read_text(
+        encoding="utf-8")
     return text.replace("{schema}", f'"{validate_schema_name(schema)}"')
+
+
+# Rate limits: jobs per second with a bucket of `burst` (fairq.validation).
+RATE_CHECK = ("rate IS NULL OR (rate >= 0.001 AND rate <= 1000000 AND burst >= 1 "
+              "AND burst <= 1000000)")
 
 
 def validate_schema_name(name: str) -> str:
@@ -164,6 +170,10 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         PrimaryKeyConstraint("tenant", name="tenants_pkey"),
         CheckConstraint(WEIGHT_CHECK, name="tenants_weight_check"),
         CheckConstraint("max_running >= 0", name="tenants_max_running_check"),
+        # Jobs per second (NULL: unlimited) and the bucket's size (migration 0007).
+        Column("rate", Float),
+        Column("burst", Integer),
+        CheckConstraint(RATE_CHECK, name="tenants_rate_check"),
     )
 
     # Key/value settings: the tenant defaults and the maintenance schedule.
@@ -196,6 +206,13 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         PrimaryKeyConstraint("queue", "tenant", name="tenant_schedule_pkey"),
         CheckConstraint("running >= 0", name="tenant_schedule_running_check"),
         CheckConstraint(WEIGHT_CHECK, name="tenant_schedule_weight_check"),
+        # The tenant's rate limit (copied like weight) and its token bucket: `tokens` as of
+        # `refilled_at`, NULL = full (engine_v2.sql).
+        Column("rate", Float),
+        Column("burst", Integer),
+        Column("tokens", Float),
+        Column("refilled_at", DateTime(timezone=True)),
+        CheckConstraint(RATE_CHECK, name="tenant_schedule_rate_check"),
         # The claim's tenant pick: runnable tenants in virtual-time order.
         Index(
             "tenant_schedule_runnable_idx",
@@ -214,4 +231,5 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     )
     # The engine's functions (migration 0003); create_all gets them through this hook.
     event.listen(md, "after_create", DDL(engine_functions_ddl(schema)))  # type: ignore[no-untyped-call]
+    event.listen(md, "after_create", DDL(engine_functions_ddl(schema, 2)))  # type: ignore[no-untyped-call]
     return md

@@ -8,16 +8,19 @@ from typing import Any
 
 from fairq import validation as v
 from fairq.errors import InvalidInput
-from fairq.models import TenantConfig
+from fairq.models import TenantConfig, TenantDefaults
 
-_KEYS = {"weight", "max_running"}
+UNLIMITED = "unlimited"  # a tenant's `rate` that lifts a rate limit of the [defaults]
+_KEYS = {"weight", "max_running", "rate", "burst"}
 
 
-def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[tuple[float, int], list[TenantConfig]]:
+def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[TenantDefaults, list[TenantConfig]]:
     """Return (defaults, tenants) from a TOML path or an already-parsed dict.
 
     Tenants named in the file get exactly the file's values, with the file's ``[defaults]`` (or
-    weight 1.0 / max_running 10) for fields they leave out.
+    weight 1.0 / max_running 10 / no rate limit) for fields they leave out. A tenant that sets
+    ``rate`` without ``burst`` gets the defaults' burst if the defaults have a rate, else one
+    second's worth.
     """
     if isinstance(source, dict):
         data = source
@@ -37,9 +40,11 @@ def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[tuple[float, 
         raise InvalidInput("[defaults] must be a table")
     _check_keys("[defaults]", raw_defaults)
     try:
-        defaults = (
+        d_rate, d_burst = v.rate_limit(raw_defaults.get("rate"), raw_defaults.get("burst"))
+        defaults: TenantDefaults = (
             v.weight(raw_defaults.get("weight", 1.0)),
             v.max_running(raw_defaults.get("max_running", 10)),
+            d_rate, d_burst,
         )
     except InvalidInput as exc:
         raise InvalidInput(f"[defaults]: {exc}") from None
@@ -53,10 +58,17 @@ def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[tuple[float, 
             raise InvalidInput(f"[tenants.{name!r}] must be a table")
         _check_keys(f"[tenants.{name!r}]", entry)
         try:
+            if entry.get("rate") == UNLIMITED:
+                rate, burst = v.rate_limit(None, entry.get("burst"))
+            elif "rate" in entry:
+                rate, burst = v.rate_limit(entry["rate"], entry.get("burst", d_burst))
+            else:
+                rate, burst = v.rate_limit(d_rate, entry.get("burst", d_burst))
             tenants.append(TenantConfig(
                 name,
                 v.weight(entry.get("weight", defaults[0])),
                 v.max_running(entry.get("max_running", defaults[1])),
+                rate=rate, burst=burst,
             ))
         except InvalidInput as exc:
             raise InvalidInput(f"[tenants.{name!r}]: {exc}") from None
@@ -67,4 +79,4 @@ def _check_keys(where: str, table: dict[str, Any]) -> None:
     unknown = set(table) - _KEYS
     if unknown:
         raise InvalidInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
-                           "use weight and max_running")
+                           "use weight, max_running, rate and burst")

@@ -228,7 +228,7 @@ def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
     try:
         error = _refusal(app)
         assert isinstance(error, fairq.ConfigurationError), error
-        assert "at fairq revision 0001, this fairq needs 0003: run `fairq migrate`" in str(error)
+        assert "at fairq revision 0001, this fairq needs 0007: run `fairq migrate`" in str(error)
         migrate.upgrade(empty_dsn, "fairq")
         app.worker(policy="fifo", listen=False).run(until_empty=True)  # at head: no complaint
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
@@ -238,7 +238,7 @@ def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
             worker = app.worker(policy="fifo", listen=False)
             worker.run(until_empty=True)
         assert worker.stats.done == 1
-        assert "9999_from_the_future, which this fairq (at 0003) does not know" in caplog.text
+        assert "9999_from_the_future, which this fairq (at 0007) does not know" in caplog.text
     finally:
         app.close()
 

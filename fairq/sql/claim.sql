@@ -16,8 +16,9 @@
 --    the walk: a job that fell due is claimable without waiting for any maintenance.
 -- 2. The walk: runnable tenants in (vtime, tenant) order, at most `window` of virtual time ahead
 --    of the first, each row locked as the walk reaches it, SKIP LOCKED (a tenant another claim
---    holds is being served by it); each gives at most its weighted share of the batch and its
---    free slots, and the walk stops when the batch is full.
+--    holds is being served by it); each gives at most its weighted share of the batch, its
+--    free slots and, with a rate limit, its whole tokens (claim_room); the walk stops when the
+--    batch is full.
 -- 3. With `wait` (the store's second statement, when the first came back empty): no sleepers,
 --    no walk; claim_head waits for the first runnable tenant with a due job, holding nothing.
 -- 4. The jobs are marked running, then claim_settle writes the tenants' counts and virtual times
@@ -25,7 +26,7 @@
 --    set. It is a function because it needs snapshots taken after this statement's locks.
 WITH
 sleepers AS MATERIALIZED (
-    SELECT s.ctid, s.tenant, s.weight, s.max_running - s.running AS room
+    SELECT s.ctid, s.tenant, s.weight, {schema}.claim_room(s) AS room
     FROM {schema}.tenant_schedule s
     WHERE s.queue = %(queue)s AND NOT s.active AND s.wake_at <= now() AND NOT %(wait)s
     ORDER BY s.wake_at
@@ -48,7 +49,7 @@ cand AS (
         WHERE sl.room > 0 ORDER BY sl.tenant) w
     UNION ALL
     SELECT 1, r.ctid, r.tenant, r.vtime, r.weight, r.room FROM (
-        SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running AS room
+        SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, {schema}.claim_room(ts) AS room
         FROM {schema}.tenant_schedule ts
         WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
           AND ts.vtime <= (SELECT r.hi FROM reach r) AND NOT %(wait)s

@@ -53,14 +53,18 @@ per_tenant AS (
     SELECT ins.queue, ins.tenant, min(ins.run_at) AS first_run FROM ins GROUP BY 1, 2
 ),
 defaults AS (
-    SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running
+    SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running,
+           (value->>'rate')::float8 AS rate, (value->>'burst')::int AS burst
     FROM {schema}.settings WHERE key = 'tenant_defaults'
 ),
 new_tenants AS (
-    INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active, wake_at)
+    INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active, wake_at,
+                                               rate, burst)
     SELECT p.queue, p.tenant, coalesce(t.weight, d.weight, 1.0), coalesce(t.max_running, d.max_running, 10),
            {schema}.queue_vtime(p.queue), p.first_run <= now(),
-           CASE WHEN p.first_run > now() THEN p.first_run END
+           CASE WHEN p.first_run > now() THEN p.first_run END,
+           CASE WHEN t.tenant IS NOT NULL THEN t.rate ELSE d.rate END,
+           CASE WHEN t.tenant IS NOT NULL THEN t.burst ELSE d.burst END
     FROM per_tenant p
     LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
     LEFT JOIN defaults d ON true
@@ -284,11 +288,12 @@ RETURNING ts.queue, ts.tenant;
 
 -- name: wake_stranded_tenants
 -- Maintenance safety net, run rarely: an idle tenant whose due job committed while a claimer
--- was concluding it had none. O(idle tenants); the wake_at path above is the common one.
+-- was concluding it had none. O(idle tenants); the wake_at path above is the common one. A
+-- rate-limited tenant waiting for its next token (tenant_dry) is idle on purpose.
 UPDATE {schema}.tenant_schedule ts
 SET active = true, wake_at = NULL,
     vtime = {schema}.queue_vtime(ts.queue)
-WHERE NOT ts.active AND EXISTS (
+WHERE NOT ts.active AND NOT {schema}.tenant_dry(ts) AND EXISTS (
     SELECT 1 FROM {schema}.jobs q
     WHERE q.queue = ts.queue AND q.tenant = ts.tenant AND q.status = 'queued' AND q.run_at <= now())
 RETURNING ts.queue, ts.tenant;

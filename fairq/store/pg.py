@@ -33,6 +33,7 @@ from fairq.models import (
     NewJobColumns,
     ReapResult,
     TenantConfig,
+    TenantDefaults,
 )
 from fairq.policies import Policy
 
@@ -385,25 +386,35 @@ class Store:
 
     # -- tenants --------------------------------------------------------------------------
     def get_defaults(self) -> tuple[float, int]:
+        weight, max_running, _, _ = self.get_tenant_defaults()
+        return (weight, max_running)
+
+    def get_tenant_defaults(self) -> TenantDefaults:
+        """(weight, max_running, rate, burst) of tenants without their own configuration."""
         with self._tx() as cur:
             cur.execute(self.q("get_defaults"))
             row = cur.fetchone()
         if row is None:
-            return (1.0, 10)
-        return (float(row["weight"]), int(row["max_running"]))
+            return (1.0, 10, None, None)
+        return (float(row["weight"]), int(row["max_running"]), row["rate"], row["burst"])
 
     def set_tenants(
         self,
         tenants: Sequence[TenantConfig],
-        defaults: tuple[float, int] | None = None,
+        defaults: tuple[float, int] | TenantDefaults | None = None,
     ) -> None:
-        """Write tenants' configuration (and optionally new defaults) in one transaction."""
+        """Write tenants' configuration (and optionally new defaults) in one transaction.
+        ``defaults`` is (weight, max_running) or (weight, max_running, rate, burst); the short
+        form means no rate limit."""
         with self._tx(atomic=True) as cur:
             if defaults is not None:
-                d = {"weight": defaults[0], "max_running": defaults[1]}
+                rate, burst = (defaults[2], defaults[3]) if len(defaults) == 4 else (None, None)
+                d = {"weight": defaults[0], "max_running": defaults[1], "rate": rate,
+                     "burst": burst}
                 cur.execute(self.q("set_defaults"), d)
             for t in sorted(tenants, key=lambda t: t.tenant):
-                p = {"tenant": t.tenant, "weight": t.weight, "max_running": t.max_running}
+                p = {"tenant": t.tenant, "weight": t.weight, "max_running": t.max_running,
+                     "rate": t.rate, "burst": t.burst}
                 cur.execute(self.q("upsert_tenant"), p)
                 cur.execute(self.q("sync_tenant_schedule"), p)
             if defaults is not None:
@@ -415,8 +426,8 @@ class Store:
             row = cur.fetchone()
         if row is not None:
             return TenantConfig(**row)
-        weight, max_running = self.get_defaults()
-        return TenantConfig(tenant, weight, max_running, configured=False)
+        weight, max_running, rate, burst = self.get_tenant_defaults()
+        return TenantConfig(tenant, weight, max_running, configured=False, rate=rate, burst=burst)
 
     def list_tenants(self) -> list[TenantConfig]:
         with self._tx() as cur:
