@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -257,3 +258,34 @@ def test_five_per_second_with_a_busy_neighbour_and_two_worker_processes(
     assert queued > 0, "the neighbour's backlog ran out: the slots were not all busy"
     assert neighbour > 10 * acme
     assert workers == 2, "both processes served acme"
+
+
+def test_a_lone_rate_limited_tenant_is_served_at_its_rate_not_at_the_poll_interval(
+        app: fairq.App, dsn: str) -> None:
+    """No neighbour keeps the workers claiming: the worker sleeps until the tenant's next token
+    (the queue's first wake_at), not until its 5-second poll."""
+    app.tenants.set("acme", rate=10.0, burst=1)
+    done = threading.Event()
+    count = [0]
+
+    @app.task(name="tick")
+    def tick(job: fairq.Job) -> None:
+        count[0] += 1
+        if count[0] == 20:
+            done.set()
+
+    app.enqueue_many("tick", [("acme", {})] * 20)
+    w = app.worker(policy="weighted", concurrency=2, poll_interval=5.0)
+    t = threading.Thread(target=w.run, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    try:
+        assert done.wait(30), f"{count[0]} of 20 done"
+        elapsed = time.monotonic() - t0
+    finally:
+        w.stop()
+        t.join(30)
+    (span,) = sql_rows(dsn, "SELECT extract(epoch FROM max(started_at) - min(started_at))::float8 "
+                            "FROM fairq.jobs")[0]
+    assert 1.9 * 0.9 <= span <= 1.9 * 1.25, span   # 19 tokens at 10/s after the first
+    assert elapsed < 10

@@ -189,3 +189,13 @@ SELECT c.id, c.queue, c.tenant, c.task, c.payload, c.attempts, c.max_attempts,
        c.lease_seconds, c.priority, c.cost, c.run_at, c.started_at, c.locked_until
 FROM claimed c
 WHERE (SELECT st.n FROM settled st) IS NOT NULL;
+
+-- name: next_wake
+-- Seconds until the queue's first idle tenant is due to wake (a delayed job or retry falling
+-- due, a rate-limited tenant's next token), NULL when none waits: a worker whose claim came
+-- back short sleeps until then rather than until its next poll. Read through
+-- tenant_schedule_due_idx (queue, wake_at) WHERE NOT active.
+SELECT extract(epoch FROM ts.wake_at - now())::float8 AS seconds
+FROM {schema}.tenant_schedule ts
+WHERE ts.queue = %(queue)s AND NOT ts.active AND ts.wake_at IS NOT NULL
+ORDER BY ts.wake_at LIMIT 1;

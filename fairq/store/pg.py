@@ -251,6 +251,14 @@ class Store:
             rows = self._claim_rows(policy.statement, params)
         return [_claimed(r) for r in rows]
 
+    def next_wake(self, queue: str) -> float | None:
+        """Seconds until the first idle tenant of ``queue`` is due to wake (a delayed job, a
+        retry, a rate-limited tenant's next token); None when none is waiting."""
+        with self._tx() as cur:
+            cur.execute(self.q("next_wake"), {"queue": queue})
+            row = cur.fetchone()
+        return None if row is None else float(row["seconds"])
+
     def _claim_rows(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         with self._tx() as cur:
             cur.execute(self.q(statement), params)
