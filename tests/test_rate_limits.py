@@ -67,7 +67,7 @@ def test_a_burst_starts_at_once_then_the_tenant_sleeps_until_its_next_token(
     r = row(dsn, "acme")
     assert not r["active"]                   # out of the runnable set: no claim walks it
     assert 0 < r["wake_in"] <= 2.0 + 0.05    # its next token, at 0.5/s
-    assert abs(r["tokens"]) < 0.01
+    assert abs(r["tokens"]) < 0.1              # refilled only since the claim
     for _ in range(3):                       # until then its slots go to the others
         assert "acme" not in claim(store, 5)
     assert running_mismatch(dsn) == []
@@ -108,6 +108,15 @@ def test_a_rate_change_takes_effect_on_the_next_claim(app: fairq.App, store: Sto
     app.tenants.set("acme", rate=0.01, burst=4)
     assert len(claim(store, 10)) == 4        # a first limit starts with a full bucket
     assert claim(store, 10) == []
+
+
+def test_fifo_respects_rate_limits_too(app: fairq.App, store: Store, dsn: str) -> None:
+    app.tenants.set("acme", rate=0.01, burst=3)
+    fill(store, {"acme": 10, "other": 10})
+    got = [j.tenant for j in store.claim(get_policy("fifo"), queue="default", batch=20, worker="w")]
+    assert got.count("acme") == 3 and got.count("other") == 10
+    assert row(dsn, "acme")["tokens"] == pytest.approx(0.0, abs=0.01)
+    assert running_mismatch(dsn) == []
 
 
 def test_rate_limits_are_per_queue(app: fairq.App, store: Store) -> None:

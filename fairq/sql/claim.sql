@@ -121,7 +121,8 @@ FROM claimed c
 WHERE (SELECT st.n FROM settled st) IS NOT NULL;
 
 -- name: claim_fifo
--- The global order (priority, run_at, id), skipping tenants at their cap: the baseline.
+-- The global order (priority, run_at, id), skipping tenants at their cap or without a token
+-- (claim_room): the baseline.
 -- Plan robustness: a generic plan cannot know the batch size, so it estimates a LIMIT of it as a
 -- tenth of the backlog (thousands of rows) and may then join those "thousands" to jobs or
 -- tenant_schedule by hash join over a Seq Scan (seen on PostgreSQL 18 with misleading
@@ -137,7 +138,7 @@ WITH picked AS MATERIALIZED (
       AND q.cost > 0
       -- A scalar subquery, not EXISTS: the planner cannot flatten it into a join that reads
       -- and sorts the whole backlog; it stays a per-row probe under the ordered index scan.
-      AND (SELECT ts.running < ts.max_running FROM {schema}.tenant_schedule ts
+      AND (SELECT {schema}.claim_room(ts) > 0 FROM {schema}.tenant_schedule ts
            WHERE ts.queue = q.queue AND ts.tenant = q.tenant)
     ORDER BY q.priority DESC, q.run_at, q.id
     LIMIT %(batch)s
@@ -154,7 +155,7 @@ locked AS MATERIALIZED (
     SELECT x.ctid, x.tenant, x.room
     FROM (SELECT DISTINCT p.tenant FROM picked p ORDER BY p.tenant) p
     CROSS JOIN LATERAL (
-        SELECT ts.ctid, ts.tenant, ts.max_running - ts.running AS room
+        SELECT ts.ctid, ts.tenant, {schema}.claim_room(ts) AS room
         FROM {schema}.tenant_schedule ts
         WHERE ts.queue = %(queue)s AND ts.tenant = p.tenant
         FOR NO KEY UPDATE OF ts) x
