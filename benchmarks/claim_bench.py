@@ -242,7 +242,7 @@ def explain_samples(dsn: str, batch: int, queue: str, samples: int) -> dict[str,
 
 def summarise(rounds: list[Round]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
-    for policy in POLICIES:
+    for policy in dict.fromkeys(r.policy for r in rounds):  # as run (weighted+rate too)
         rs = [r for r in rounds if r.policy == policy]
         if not rs:
             continue
