@@ -25,7 +25,7 @@ GRANT INSERT (queue, tenant, task, payload, priority, cost, run_at, max_attempts
     ON {schema}.jobs TO {role};
 GRANT SELECT (id, queue, tenant, run_at) ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.tenant_schedule TO {role};
-GRANT INSERT (queue, tenant, weight, max_running, vtime, active, wake_at)
+GRANT INSERT (queue, tenant, weight, max_running, vtime, active, wake_at, rate, burst)
     ON {schema}.tenant_schedule TO {role};
 GRANT UPDATE (active, vtime, wake_at) ON {schema}.tenant_schedule TO {role};
 GRANT SELECT ON {schema}.tenants, {schema}.settings TO {role};
