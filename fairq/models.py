@@ -139,6 +139,18 @@ class TenantConfig:
     running: int = 0
     rate: float | None = None
     burst: int | None = None
+    group: str | None = None  # None: the group 'default'
+
+
+@dataclass(slots=True)
+class GroupConfig:
+    """A tenant group: its weight among the groups with runnable work; ``tenants`` configured
+    in it. ``configured`` is False for the group 'default' while it keeps weight 1."""
+
+    name: str
+    weight: float
+    configured: bool = True
+    tenants: int = 0
 
 
 # Tenants without their own configuration: (weight, max_running, rate, burst).

@@ -174,6 +174,31 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("rate", Float),
         Column("burst", Integer),
         CheckConstraint(RATE_CHECK, name="tenants_rate_check"),
+        # The tenant's group (tenant_groups; NULL: the group 'default').
+        Column("tenant_group", Text),
+    )
+
+    # Tenant groups: a group's weight; its active tenants share it by their own weights.
+    Table(
+        "tenant_groups",
+        md,
+        Column("tenant_group", Text, nullable=False),
+        Column("weight", Float, nullable=False),
+        Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("tenant_group", name="tenant_groups_pkey"),
+        CheckConstraint(WEIGHT_CHECK, name="tenant_groups_weight_check"),
+    )
+
+    # Per (queue, group): group weight / the weights of its active tenants, the factor of its
+    # tenants' weights in a claim (engine_v2.sql: eff_weight, refresh_groups).
+    Table(
+        "group_schedule",
+        md,
+        Column("queue", Text, nullable=False),
+        Column("tenant_group", Text, nullable=False),
+        Column("factor", Float, nullable=False),
+        Column("refreshed_at", DateTime(timezone=True), nullable=False),
+        PrimaryKeyConstraint("queue", "tenant_group", name="group_schedule_pkey"),
     )
 
     # Key/value settings: the tenant defaults and the maintenance schedule.
@@ -213,6 +238,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("tokens", Float),
         Column("refilled_at", DateTime(timezone=True)),
         CheckConstraint(RATE_CHECK, name="tenant_schedule_rate_check"),
+        Column("tenant_group", Text),
         # The claim's tenant pick: runnable tenants in virtual-time order.
         Index(
             "tenant_schedule_runnable_idx",

@@ -8,13 +8,21 @@ from typing import Any
 
 from fairq import validation as v
 from fairq.errors import InvalidInput
-from fairq.models import TenantConfig, TenantDefaults
+from fairq.models import GroupConfig, TenantConfig, TenantDefaults
 
 UNLIMITED = "unlimited"  # a tenant's `rate` that lifts a rate limit of the [defaults]
 _KEYS = {"weight", "max_running", "rate", "burst"}
+_TENANT_KEYS = _KEYS | {"group"}
 
 
 def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[TenantDefaults, list[TenantConfig]]:
+    defaults, tenants, _ = load_tenant_file_with_groups(source)
+    return defaults, tenants
+
+
+def load_tenant_file_with_groups(
+        source: str | Path | dict[str, Any],
+) -> tuple[TenantDefaults, list[TenantConfig], list[GroupConfig]]:
     """Return (defaults, tenants) from a TOML path or an already-parsed dict.
 
     Tenants named in the file get exactly the file's values, with the file's ``[defaults]`` (or
@@ -32,7 +40,7 @@ def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[TenantDefault
             raise InvalidInput(f"tenant file not found: {path}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(data) - {"defaults", "tenants"}
+    unknown = set(data) - {"defaults", "tenants", "groups"}
     if unknown:
         raise InvalidInput(f"unknown top-level key(s) in tenant file: {', '.join(sorted(unknown))}")
     raw_defaults = data.get("defaults", {})
@@ -48,6 +56,19 @@ def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[TenantDefault
         )
     except InvalidInput as exc:
         raise InvalidInput(f"[defaults]: {exc}") from None
+    raw_groups = data.get("groups", {})
+    if not isinstance(raw_groups, dict):
+        raise InvalidInput("[groups] must be a table of tables")
+    groups: list[GroupConfig] = []
+    for gname, gentry in raw_groups.items():
+        v.name("group", gname)
+        if not isinstance(gentry, dict) or set(gentry) - {"weight"}:
+            raise InvalidInput(f"[groups.{gname!r}] must be a table with a weight")
+        try:
+            groups.append(GroupConfig(gname, v.weight(gentry.get("weight", 1.0))))
+        except InvalidInput as exc:
+            raise InvalidInput(f"[groups.{gname!r}]: {exc}") from None
+    known_groups = {g.name for g in groups} | {"default"}
     raw_tenants = data.get("tenants", {})
     if not isinstance(raw_tenants, dict):
         raise InvalidInput("[tenants] must be a table of tables")
@@ -56,7 +77,10 @@ def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[TenantDefault
         v.name("tenant", name)
         if not isinstance(entry, dict):
             raise InvalidInput(f"[tenants.{name!r}] must be a table")
-        _check_keys(f"[tenants.{name!r}]", entry)
+        _check_keys(f"[tenants.{name!r}]", entry, _TENANT_KEYS)
+        group = entry.get("group")
+        if group is not None and (not isinstance(group, str) or group not in known_groups):
+            raise InvalidInput(f"[tenants.{name!r}]: group {group!r} is not in [groups]")
         try:
             if entry.get("rate") == UNLIMITED:
                 rate, burst = v.rate_limit(None, entry.get("burst"))
@@ -68,15 +92,15 @@ def load_tenant_file(source: str | Path | dict[str, Any]) -> tuple[TenantDefault
                 name,
                 v.weight(entry.get("weight", defaults[0])),
                 v.max_running(entry.get("max_running", defaults[1])),
-                rate=rate, burst=burst,
+                rate=rate, burst=burst, group=group,
             ))
         except InvalidInput as exc:
             raise InvalidInput(f"[tenants.{name!r}]: {exc}") from None
-    return defaults, tenants
+    return defaults, tenants, groups
 
 
-def _check_keys(where: str, table: dict[str, Any]) -> None:
-    unknown = set(table) - _KEYS
+def _check_keys(where: str, table: dict[str, Any], keys: set[str] = _KEYS) -> None:
+    unknown = set(table) - keys
     if unknown:
         raise InvalidInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
-                           "use weight, max_running, rate and burst")
+                           f"use {', '.join(sorted(keys))}")

@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "worker",
     "jobs",
     "tenants",
+    "groups",
     "stats",
     "exporter",
     "demo",

@@ -37,6 +37,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                         f"{v.MAX_RATE:g}; 'unlimited' removes the limit")
     s.add_argument("--burst", type=integer("burst"),
                    help="jobs that may start at once after idling (default: one second's worth)")
+    s.add_argument("--group", help="its tenant group (see `fairq groups`); 'default' for none")
     s.set_defaults(handler=run_set)
 
     a = tsub.add_parser("apply", parents=[common],
@@ -85,11 +86,11 @@ def _limit(t: TenantConfig) -> str:
 
 def _rows(tenants: list[TenantConfig]) -> str:
     return format_table(
-        ["tenant", "weight", "max_running", "rate", "running", "configured"],
-        [[t.tenant, f"{t.weight:g}", t.max_running, _limit(t), t.running,
+        ["tenant", "group", "weight", "max_running", "rate", "running", "configured"],
+        [[t.tenant, t.group or "default", f"{t.weight:g}", t.max_running, _limit(t), t.running,
           "yes" if t.configured else "default"]
          for t in tenants],
-        right=[False, True, True, True, True, False],
+        right=[False, False, True, True, True, True, False],
     )
 
 
@@ -97,8 +98,8 @@ def run_set(args: argparse.Namespace) -> int:
     from fairq.app import KEEP
 
     if args.weight is None and args.max_running is None and args.rate is None \
-            and args.burst is None:
-        raise InvalidInput("give --weight, --max-running, --rate and/or --burst")
+            and args.burst is None and args.group is None:
+        raise InvalidInput("give --weight, --max-running, --rate, --burst and/or --group")
     if args.rate == _UNLIMITED and args.burst is not None:
         raise InvalidInput("--burst needs a rate, not --rate unlimited")
     v.name("tenant", args.tenant)
@@ -107,9 +108,12 @@ def run_set(args: argparse.Namespace) -> int:
     rate = KEEP if args.rate is None else None if args.rate == _UNLIMITED else args.rate
     with open_app(args) as app:
         t = app.tenants.set(args.tenant, weight=args.weight, max_running=args.max_running,
-                            rate=rate, burst=KEEP if args.burst is None else args.burst)
+                            rate=rate, burst=KEEP if args.burst is None else args.burst,
+                            group=KEEP if args.group is None
+                            else None if args.group == "default" else args.group)
     limit = "" if t.rate is None else f" rate={t.rate:g}/s burst={t.burst}"
-    print(f"{t.tenant}: weight={t.weight:g} max_running={t.max_running}{limit}")
+    group = "" if t.group is None else f" group={t.group}"
+    print(f"{t.tenant}: weight={t.weight:g} max_running={t.max_running}{limit}{group}")
     return EXIT_OK
 
 

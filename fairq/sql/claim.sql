@@ -26,7 +26,7 @@
 --    set. It is a function because it needs snapshots taken after this statement's locks.
 WITH
 sleepers AS MATERIALIZED (
-    SELECT s.ctid, s.tenant, s.weight, {schema}.claim_room(s) AS room
+    SELECT s.ctid, s.tenant, ({schema}.claim_terms(s)).*  -- weight, room
     FROM {schema}.tenant_schedule s
     WHERE s.queue = %(queue)s AND NOT s.active AND s.wake_at <= now() AND NOT %(wait)s
     ORDER BY s.wake_at
@@ -49,7 +49,7 @@ cand AS (
         WHERE sl.room > 0 ORDER BY sl.tenant) w
     UNION ALL
     SELECT 1, r.ctid, r.tenant, r.vtime, r.weight, r.room FROM (
-        SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, {schema}.claim_room(ts) AS room
+        SELECT ts.ctid, ts.tenant, ts.vtime, ({schema}.claim_terms(ts)).*
         FROM {schema}.tenant_schedule ts
         WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
           AND ts.vtime <= (SELECT r.hi FROM reach r) AND NOT %(wait)s

@@ -59,12 +59,12 @@ defaults AS (
 ),
 new_tenants AS (
     INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active, wake_at,
-                                               rate, burst)
+                                               rate, burst, tenant_group)
     SELECT p.queue, p.tenant, coalesce(t.weight, d.weight, 1.0), coalesce(t.max_running, d.max_running, 10),
            {schema}.queue_vtime(p.queue), p.first_run <= now(),
            CASE WHEN p.first_run > now() THEN p.first_run END,
            CASE WHEN t.tenant IS NOT NULL THEN t.rate ELSE d.rate END,
-           CASE WHEN t.tenant IS NOT NULL THEN t.burst ELSE d.burst END
+           CASE WHEN t.tenant IS NOT NULL THEN t.burst ELSE d.burst END, t.tenant_group
     FROM per_tenant p
     LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
     LEFT JOIN defaults d ON true

@@ -5,13 +5,16 @@
 
 -- name: roles_grant_worker
 -- Claim, heartbeat, finish, fail, hand back, reap and wake: UPDATEs of jobs and the schedule,
--- the maintenance timestamps in settings. No INSERT into jobs (cannot enqueue), no DELETE, no
+-- the maintenance timestamps in settings, the groups' factors. No INSERT into jobs (cannot enqueue), no DELETE, no
 -- tenant configuration. It reads the schema's revision at start (it refuses an outdated one).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, UPDATE ON {schema}.jobs TO {role};
 GRANT SELECT, UPDATE ON {schema}.tenant_schedule TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.settings TO {role};
 GRANT SELECT ON {schema}.alembic_version TO {role};
+-- Tenant groups: a claim reads the groups and refreshes its queue's factors.
+GRANT SELECT ON {schema}.tenant_groups TO {role};
+GRANT SELECT, INSERT, DELETE ON {schema}.group_schedule TO {role};
 
 -- name: roles_grant_worker_prune
 -- Only for workers that run the pruner (Worker(prune_after=...)); otherwise prune as the owner.
@@ -25,7 +28,8 @@ GRANT INSERT (queue, tenant, task, payload, priority, cost, run_at, max_attempts
     ON {schema}.jobs TO {role};
 GRANT SELECT (id, queue, tenant, run_at) ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.tenant_schedule TO {role};
-GRANT INSERT (queue, tenant, weight, max_running, vtime, active, wake_at, rate, burst)
+GRANT INSERT (queue, tenant, weight, max_running, vtime, active, wake_at, rate, burst,
+                tenant_group)
     ON {schema}.tenant_schedule TO {role};
 GRANT UPDATE (active, vtime, wake_at) ON {schema}.tenant_schedule TO {role};
 GRANT SELECT ON {schema}.tenants, {schema}.settings TO {role};

@@ -28,6 +28,7 @@ from fairq.config import redact
 from fairq.models import (
     ClaimedJob,
     FinishedJob,
+    GroupConfig,
     JobInfo,
     NewJob,
     NewJobColumns,
@@ -410,11 +411,16 @@ class Store:
         self,
         tenants: Sequence[TenantConfig],
         defaults: tuple[float, int] | TenantDefaults | None = None,
+        groups: Sequence[GroupConfig] = (),
     ) -> None:
         """Write tenants' configuration (and optionally new defaults) in one transaction.
         ``defaults`` is (weight, max_running) or (weight, max_running, rate, burst); the short
         form means no rate limit."""
         with self._tx(atomic=True) as cur:
+            for g in groups:
+                cur.execute(self.q("upsert_group"), {"group": g.name, "weight": g.weight})
+            if groups:
+                cur.execute(self.q("expire_group_factors"))
             if defaults is not None:
                 rate, burst = (defaults[2], defaults[3]) if len(defaults) == 4 else (None, None)
                 d = {"weight": defaults[0], "max_running": defaults[1], "rate": rate,
@@ -422,11 +428,22 @@ class Store:
                 cur.execute(self.q("set_defaults"), d)
             for t in sorted(tenants, key=lambda t: t.tenant):
                 p = {"tenant": t.tenant, "weight": t.weight, "max_running": t.max_running,
-                     "rate": t.rate, "burst": t.burst}
+                     "rate": t.rate, "burst": t.burst, "group": t.group}
                 cur.execute(self.q("upsert_tenant"), p)
                 cur.execute(self.q("sync_tenant_schedule"), p)
             if defaults is not None:
                 cur.execute(self.q("sync_default_tenants"), d)
+
+    def set_group(self, group: GroupConfig) -> None:
+        """Create or reweigh a tenant group; every queue's next claim recomputes the factors."""
+        with self._tx(atomic=True) as cur:
+            cur.execute(self.q("upsert_group"), {"group": group.name, "weight": group.weight})
+            cur.execute(self.q("expire_group_factors"))
+
+    def list_groups(self) -> list[GroupConfig]:
+        with self._tx() as cur:
+            cur.execute(self.q("list_groups"))
+            return [GroupConfig(**r) for r in cur.fetchall()]
 
     def get_tenant(self, tenant: str) -> TenantConfig:
         with self._tx() as cur:

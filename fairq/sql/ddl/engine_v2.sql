@@ -1,4 +1,5 @@
--- The fair engine's functions, version 2 (migration 0007): rate limits. {schema} is the quoted
+-- The fair engine's functions, version 2 (migration 0007): rate limits and tenant groups.
+-- {schema} is the quoted
 -- schema name. engine_v1.sql stays as migration 0003 applied it; this file replaces claim_head
 -- and claim_settle (same signatures) and adds the token bucket's functions. Never edit it once
 -- released; a change is a new file and a new migration.
@@ -37,8 +38,105 @@ LANGUAGE sql STABLE AS $$
         ELSE now() END
 $$;
 
--- As in engine_v1.sql, except that a tenant without a token is not waited for, and `room` is
--- bounded by its tokens.
+-- Tenant groups (docs/algorithm.md, "Tenant groups"): a tenant's weight in a claim is its own
+-- weight times its group's factor in the queue, group weight / the summed weights of the group's
+-- active tenants (tenants without a group are in the group 'default', weight 1 unless set).
+-- So a group's active tenants together weigh what the group does, whatever their number. No
+-- factor (no group configured, or a group not refreshed yet): the tenant's own weight.
+-- plpgsql, not sql: a sql function with a subquery is never inlined, and ran as a statement of
+-- its own, planned on each call; plpgsql's statements keep their (generic) plans.
+CREATE FUNCTION {schema}.eff_weight(s {schema}.tenant_schedule) RETURNS float8
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q text := s.queue;
+    grp text := coalesce(s.tenant_group, 'default');
+    f float8;
+BEGIN
+    SELECT g.factor INTO f FROM {schema}.group_schedule g
+    WHERE g.queue = q AND g.tenant_group = grp;
+    RETURN s.weight * coalesce(f, 1.0);
+END
+$$;
+
+-- A tenant's terms in a fair claim: its weight (its group's, eff_weight) and its room
+-- (claim_room). One call, so claim_fair stays within psycopg's statement cache limit.
+CREATE FUNCTION {schema}.claim_terms(s {schema}.tenant_schedule, OUT weight float8, OUT room int)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    weight := {schema}.eff_weight(s);
+    room := {schema}.claim_room(s);
+END
+$$;
+
+-- The factors of a queue's groups, recomputed from its active tenants (both partial indexes:
+-- runnable and capped). Called by claim_settle at most once a second per queue, by one claim at
+-- a time, and only while some group is configured.
+CREATE FUNCTION {schema}.refresh_groups(q text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    DELETE FROM {schema}.group_schedule g WHERE g.queue = q;
+    INSERT INTO {schema}.group_schedule (queue, tenant_group, factor, refreshed_at)
+    SELECT q, a.grp, coalesce((SELECT tg.weight FROM {schema}.tenant_groups tg
+                               WHERE tg.tenant_group = a.grp), 1.0) / sum(a.weight), now()
+    FROM (SELECT coalesce(ts.tenant_group, 'default') AS grp, ts.weight
+          FROM {schema}.tenant_schedule ts
+          WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running
+          UNION ALL
+          SELECT coalesce(ts.tenant_group, 'default'), ts.weight
+          FROM {schema}.tenant_schedule ts
+          WHERE ts.queue = q AND ts.active AND ts.running >= ts.max_running) a
+    GROUP BY a.grp;
+    IF NOT FOUND THEN  -- no active tenant: a marker row, so the next refresh waits a second
+        INSERT INTO {schema}.group_schedule (queue, tenant_group, factor, refreshed_at)
+        VALUES (q, '', 1.0, now());
+    END IF;
+END
+$$;
+
+-- Whether this claim should refresh its queue's group factors: some group is configured, the
+-- last refresh is a second old, and no other claim is refreshing them. One statement: without
+-- any group, its first test is all a claim pays.
+CREATE FUNCTION {schema}.groups_due(q text) RETURNS bool
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM {schema}.tenant_groups)
+        AND coalesce((SELECT max(g.refreshed_at) FROM {schema}.group_schedule g
+                      WHERE g.queue = q), '-infinity') <= now() - interval '1 second'
+        AND pg_try_advisory_xact_lock(hashtext('fairq.refresh_groups'), hashtext(q));
+END
+$$;
+
+-- As in engine_v1.sql, with the group's weight (eff_weight).
+CREATE OR REPLACE FUNCTION {schema}.claim_share(q text, hi float8, batch int, by_weight bool,
+                                                first float8[])
+RETURNS float8
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    total float8 := 0;
+    k int := 0;
+    w float8;
+BEGIN
+    FOREACH w IN ARRAY first LOOP
+        EXIT WHEN k >= batch;
+        total := total + CASE WHEN by_weight THEN w ELSE 1.0 END;
+        k := k + 1;
+    END LOOP;
+    IF k < batch AND hi IS NOT NULL THEN
+        FOR w IN
+            SELECT {schema}.eff_weight(ts) FROM {schema}.tenant_schedule ts
+            WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running AND ts.vtime <= hi
+            ORDER BY ts.vtime, ts.tenant
+            LIMIT batch - k
+        LOOP
+            total := total + CASE WHEN by_weight THEN w ELSE 1.0 END;
+        END LOOP;
+    END IF;
+    RETURN CASE WHEN total > 0 THEN total ELSE 1.0 END;
+END
+$$;
+
+-- As in engine_v1.sql, except that a tenant without a token is not waited for, `room` is
+-- bounded by its tokens, and the weight is the group's (eff_weight).
 CREATE OR REPLACE FUNCTION {schema}.claim_head(q text, n int)
 RETURNS TABLE (row_ tid, tenant text, vtime float8, weight float8, room int)
 LANGUAGE plpgsql VOLATILE AS $$
@@ -60,7 +158,7 @@ BEGIN
             -- Locked by the key alone (a condition on active or running, even outside the
             -- locking query, was planned into it, reading the runnable index), then checked on
             -- the row the lock returns: after a wait, the row as it is now.
-            SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, ts.active,
+            SELECT ts.ctid, ts.tenant, ts.vtime, {schema}.eff_weight(ts) AS weight, ts.active,
                    {schema}.claim_room(ts) AS room
             INTO r FROM {schema}.tenant_schedule ts WHERE ts.queue = q AND ts.tenant = t
             FOR NO KEY UPDATE OF ts;
@@ -81,7 +179,8 @@ BEGIN
 END
 $$;
 
--- As in engine_v1.sql (see there for the snapshots and locks), plus the token bucket: each
+-- As in engine_v1.sql (see there for the snapshots and locks), plus the group factors
+-- refresh (groups_due) and the token bucket: each
 -- served rate-limited tenant pays one token per job (refilled up to now first), and a tenant
 -- left without a whole token is retired like one left without a due job, with wake_at = when
 -- its next token is due (or its first queued job's run_at, if later).
@@ -98,6 +197,9 @@ DECLARE
     locked tid[];
     retired int;
 BEGIN
+    IF {schema}.groups_due(q) THEN
+        PERFORM {schema}.refresh_groups(q);
+    END IF;
     IF cardinality(w_rows) > 0 THEN
         v := {schema}.queue_vtime(q);  -- before any sleeper is active
     END IF;
