@@ -108,11 +108,30 @@ def set_rate_limits(store: Store, queue: str, on: bool) -> None:
                     {"r": 1e6 if on else None, "b": 1_000_000 if on else None, "q": queue})
 
 
+# A policy name ending in GROUPED runs that policy with the queue's tenants in two groups of
+# weights 3 and 1 (every other tenant): --groups adds "weighted+groups".
+GROUPED = "+groups"
+
+
+def set_groups(store: Store, queue: str, on: bool) -> None:
+    """The queue's tenants alternately in groups g3 (weight 3) and g1 (weight 1), or none."""
+    with store._tx() as cur:  # a benchmark's own set-up, as the loader writes its rows
+        cur.execute("DELETE FROM fairq.group_schedule")
+        cur.execute("DELETE FROM fairq.tenant_groups")
+        if on:
+            cur.execute("INSERT INTO fairq.tenant_groups (tenant_group, weight) "
+                        "VALUES ('g3', 3.0), ('g1', 1.0)")
+        cur.execute("UPDATE fairq.tenant_schedule ts SET tenant_group = CASE WHEN %(on)s THEN "
+                    "CASE WHEN hashtext(ts.tenant) %% 2 = 0 THEN 'g3' ELSE 'g1' END END "
+                    "WHERE ts.queue = %(q)s", {"on": on, "q": queue})
+
+
 def run_round(stores: list[CountingStore], policy: str, queue: str, jobs: int, batch: int) -> Round:
     """Every store claims + finishes in its own thread until ``jobs`` jobs were claimed."""
-    rated = policy.endswith(RATED)
-    pol = get_policy(policy.removesuffix(RATED))
+    rated, grouped = policy.endswith(RATED), policy.endswith(GROUPED)
+    pol = get_policy(policy.removesuffix(RATED).removesuffix(GROUPED))
     set_rate_limits(stores[0], queue, rated)
+    set_groups(stores[0], queue, grouped)
     lock = threading.Lock()
     state = {"claimed": 0, "claims": 0, "empty": 0}
     lats: list[list[float]] = [[] for _ in stores]
@@ -429,6 +448,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "beside the claimers as a worker runs it (default: the worker's; 0: none)")
     ap.add_argument("--rate-limits", action="store_true",
                     help="also run weighted with a (never binding) rate limit on every tenant")
+    ap.add_argument("--groups", action="store_true",
+                    help="also run weighted with the tenants in two groups (weights 3 and 1)")
     ap.add_argument("--vacuum-schedule", action="store_true",
                     help="diagnostic: also VACUUM tenant_schedule before each round")
     args = ap.parse_args(argv)
@@ -463,7 +484,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             dsn = cp.with_db(admin, dbs[n])
             print(f"tenants={n}: loaded in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
             pgss = result["pg_stat_statements"] = pgss_available(dsn)
-            policies = (*POLICIES, "weighted" + RATED) if args.rate_limits else POLICIES
+            policies = (*POLICIES, *(("weighted" + RATED,) if args.rate_limits else ()),
+                        *(("weighted" + GROUPED,) if args.groups else ()))
             result["main"].append(bench_size(dsn, n, policies, args, "auto", pgss))
             if n in mode_sizes:
                 for mode in ("custom", "generic"):
