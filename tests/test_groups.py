@@ -198,3 +198,43 @@ def test_cli_groups(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
         assert main(["--dsn", dsn, *bad]) == 2, bad
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+# -- the reference model ----------------------------------------------------------------------
+def _model_shares(groups: dict[str, float], members: dict[str, str | None], backlog: dict[str, int],
+                  claims: int, idle: tuple[str, ...] = ()) -> Counter[str]:
+    from fairq.policies.model import ModelJob, QueueModel
+
+    m = QueueModel(default_max_running=BIG)
+    for g, w in groups.items():
+        m.set_group(g, w)
+    for t, g in members.items():
+        m.set_tenant_group(t, g)
+    ids = iter(range(1, 10**9))
+    for t in idle:                       # known, ran once, idle now
+        m.enqueue(ModelJob(next(ids), t), now=0.0)
+        for j in m.claim(get_policy("weighted"), 1, now=0.0):
+            m.finish(j)
+    m.enqueue_many([ModelJob(next(ids), t) for t, n in backlog.items() for _ in range(n)], now=0.0)
+    m.refresh_groups()
+    got: Counter[str] = Counter()
+    for _ in range(claims):
+        for j in m.claim(get_policy("weighted"), 1, now=0.0):
+            got[m.running[j].tenant] += 1
+            m.finish(j)
+    return got
+
+
+def test_model_three_to_one_with_five_and_one_tenants() -> None:
+    members = {f"e{i}": "enterprise" for i in range(5)} | {"p0": "pro"}
+    got = _model_shares({"enterprise": 3.0, "pro": 1.0}, members,
+                        dict.fromkeys(members, 1000), 1200)
+    assert sum(n for t, n in got.items() if t.startswith("e")) == 900      # 75% exactly
+    assert all(got[f"e{i}"] == 180 for i in range(5))
+
+
+def test_model_an_idle_tenant_does_not_cost_its_group_its_share() -> None:
+    members = {"a_busy": "a", "a_idle": "a", "b1": "b", "b2": "b", "b3": "b"}
+    got = _model_shares({"a": 1.0, "b": 1.0}, members,
+                        {"a_busy": 1000, "b1": 1000, "b2": 1000, "b3": 1000}, 800, idle=("a_idle",))
+    assert got["a_busy"] == 400

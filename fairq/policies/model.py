@@ -38,6 +38,12 @@ too, with ``wake_at`` = when its next token is due, or its first queued run_at i
 if nothing is queued). Changing a rate limit first settles the bucket under the old one (capped
 by the new burst) and moves an inactive tenant's future ``wake_at`` to ``now``.
 
+Tenant groups: a group has a weight (``groups``; tenants without one are in ``"default"``,
+weight 1). ``refresh_groups`` sets each group's factor to its weight over the summed weights of
+its active tenants (the database does it in a claim, at most once a second); a fair claim that
+uses weights uses ``weight * factor`` (1 when the group has none) in place of the weight, for
+the shares and the virtual-time increments alike.
+
 fifo takes the first ``B`` due jobs in global (priority DESC, run_at, id) order among tenants
 with a free slot, then grants each tenant as many of them as it has free slots; it keeps no
 virtual time.
@@ -132,6 +138,30 @@ class QueueModel:
     running: dict[int, ModelJob] = field(default_factory=dict)
     # Each tenant's queued jobs, kept sorted by ModelJob.order_key.
     by_tenant: dict[str, list[ModelJob]] = field(default_factory=dict)
+    groups: dict[str, float] = field(default_factory=dict)          # group -> weight
+    tenant_group: dict[str, str] = field(default_factory=dict)      # tenant -> group
+    factors: dict[str, float] = field(default_factory=dict)         # group -> factor
+
+    def set_group(self, group: str, weight: float) -> None:
+        self.groups[group] = weight
+
+    def set_tenant_group(self, tenant: str, group: str | None) -> None:
+        if group is None:
+            self.tenant_group.pop(tenant, None)
+        else:
+            self.tenant_group[tenant] = group
+
+    def refresh_groups(self) -> None:
+        """Each group's factor: its weight / the weights of its active tenants."""
+        active: dict[str, float] = {}
+        for t in self.tenants.values():
+            if t.active:
+                g = self.tenant_group.get(t.name, "default")
+                active[g] = active.get(g, 0.0) + t.weight
+        self.factors = {g: self.groups.get(g, 1.0) / w for g, w in active.items()}
+
+    def effective_weight(self, t: ModelTenant) -> float:
+        return t.weight * self.factors.get(self.tenant_group.get(t.name, "default"), 1.0)
 
     # -- queries -------------------------------------------------------------------------
     def runnable(self) -> Iterator[ModelTenant]:
@@ -291,7 +321,7 @@ class QueueModel:
         candidates = [t for t in sleepers if t.room(now) > 0] + window
 
         def units(t: ModelTenant) -> float:
-            return t.weight if by_weight else 1.0
+            return self.effective_weight(t) if by_weight else 1.0
 
         # 3. Shares over the first `batch` candidates.
         total_units = sum(units(t) for t in candidates[:batch]) or 1.0
