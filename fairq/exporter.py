@@ -53,6 +53,9 @@ class TenantRow:
     queued: int
     runnable: int
     oldest_age: float
+    rate: float | None = None      # jobs per second; None: no rate limit
+    tokens: float | None = None    # its token bucket now
+    throttled: bool = False        # asleep until its next token
 
 
 def keep_tenants(rows: Sequence[TenantRow], limit: int) -> set[str]:
@@ -222,7 +225,7 @@ class DatabaseCollector:
             f"Tenants folded into tenant=\"__other__\" (top {self.max_tenants} kept).",
             value=float(len(folded)))
         out: list[Metric] = [g_queued, g_running, g_oldest, g_cap, g_weight, g_jain, g_err,
-                             g_leases, g_folded]
+                             g_leases, g_folded, *self._rate_families(rows, kept)]
         if table is not None:
             last = max(table["last_autovacuum"] or 0.0, table["last_vacuum"] or 0.0)
             out += [
@@ -240,6 +243,27 @@ class DatabaseCollector:
                                     value=table["autovacuum_count"]),
             ]
         return out
+
+    @staticmethod
+    def _rate_families(rows: Sequence[TenantRow], kept: set[str]) -> list[Metric]:
+        """Rate-limited tenants (kept ones only): the limit, the bucket, and whether the tenant
+        is asleep until its next token (docs/algorithm.md, "Rate limits")."""
+        g_rate = GaugeMetricFamily("fairq_tenant_rate_limit",
+                                   "Tenant's rate limit, jobs started per second per queue.",
+                                   labels=["queue", "tenant"])
+        g_tokens = GaugeMetricFamily("fairq_tenant_rate_tokens",
+                                     "Tokens in the tenant's bucket (jobs it may start now).",
+                                     labels=["queue", "tenant"])
+        g_throttled = GaugeMetricFamily("fairq_tenant_throttled",
+                                        "1 while the tenant waits for its next token.",
+                                        labels=["queue", "tenant"])
+        for r in rows:
+            if r.rate is None or r.tenant not in kept:
+                continue
+            g_rate.add_metric([r.queue, r.tenant], r.rate)
+            g_tokens.add_metric([r.queue, r.tenant], r.tokens or 0.0)
+            g_throttled.add_metric([r.queue, r.tenant], 1.0 if r.throttled else 0.0)
+        return [g_rate, g_tokens, g_throttled]
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:

@@ -298,3 +298,32 @@ def test_a_lone_rate_limited_tenant_is_served_at_its_rate_not_at_the_poll_interv
                             "FROM fairq.jobs")[0]
     assert 1.9 * 0.9 <= span <= 1.9 * 1.25, span   # 19 tokens at 10/s after the first
     assert elapsed < 10
+
+
+def test_the_exporter_shows_rate_limits_tokens_and_throttling(
+        app: fairq.App, store: Store, dsn: str) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from fairq.exporter import DatabaseCollector
+
+    app.tenants.set("acme", rate=0.01, burst=3)
+    fill(store, {"acme": 10})
+    assert claim(store, 2) == ["acme", "acme"]   # one token left: not throttled
+    fill(store, {"free": 2})
+    c = DatabaseCollector(dsn, "fairq", max_tenants=50, interval=0, window=300)
+    try:
+        registry = CollectorRegistry()
+        registry.register(c)
+
+        def value(name: str, tenant: str) -> float | None:
+            return registry.get_sample_value(name, {"queue": "default", "tenant": tenant})
+
+        assert value("fairq_tenant_rate_limit", "acme") == 0.01
+        assert value("fairq_tenant_rate_tokens", "acme") == pytest.approx(1.0, abs=0.05)
+        assert value("fairq_tenant_throttled", "acme") == 0
+        assert value("fairq_tenant_rate_limit", "free") is None   # no limit, no series
+        claim(store, 10)                  # its last token: asleep until the next one
+        assert value("fairq_tenant_rate_tokens", "acme") == pytest.approx(0.0, abs=0.05)
+        assert value("fairq_tenant_throttled", "acme") == 1
+    finally:
+        c.close()
