@@ -238,3 +238,31 @@ def test_model_an_idle_tenant_does_not_cost_its_group_its_share() -> None:
     got = _model_shares({"a": 1.0, "b": 1.0}, members,
                         {"a_busy": 1000, "b1": 1000, "b2": 1000, "b3": 1000}, 800, idle=("a_idle",))
     assert got["a_busy"] == 400
+
+
+def test_the_exporter_shows_each_groups_share_against_its_weight(
+        app: fairq.App, store: Store) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from fairq.exporter import DatabaseCollector
+
+    five_and_one(app)
+    fill(store, {**{f"e{i}": 400 for i in range(5)}, "p0": 400}, interleave=True)
+    c = DatabaseCollector(app.dsn, "fairq", max_tenants=50, interval=0, window=300)
+    try:
+        registry = CollectorRegistry()
+        registry.register(c)
+        registry.get_sample_value("fairq_exporter_up")      # the window's first snapshot
+        drain(store, 1200)
+
+        def value(name: str, group: str) -> float | None:
+            return registry.get_sample_value(name, {"queue": "default", "group": group})
+
+        assert value("fairq_group_weight_share", "enterprise") == 0.75
+        assert value("fairq_group_weight_share", "pro") == 0.25
+        assert 0.70 <= (value("fairq_group_claim_share", "enterprise") or 0) <= 0.80
+        # the tenants' fairness is judged against their weights in their groups
+        err = registry.get_sample_value("fairq_fairness_max_share_error", {"queue": "default"})
+        assert err is not None and err < 0.05
+    finally:
+        c.close()
