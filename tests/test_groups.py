@@ -266,3 +266,17 @@ def test_the_exporter_shows_each_groups_share_against_its_weight(
         assert err is not None and err < 0.05
     finally:
         c.close()
+
+
+def test_stats_show_groups_rates_and_weight_shares_within_groups(app: fairq.App, store: Store) -> None:
+    from fairq.stats import tenant_stats
+
+    five_and_one(app)
+    app.tenants.set("p0", rate=0.01, burst=5)
+    fill(store, {**{f"e{i}": 10 for i in range(5)}, "p0": 10})
+    got = {s.tenant: s for s in tenant_stats(app)}
+    assert got["e0"].tenant_group == "enterprise" and got["p0"].tenant_group == "pro"
+    assert got["e0"].weight_share == pytest.approx(0.15)
+    assert got["p0"].weight_share == pytest.approx(0.25)
+    assert got["p0"].rate == 0.01 and got["p0"].tokens == pytest.approx(5.0)
+    assert got["e0"].rate is None
