@@ -95,9 +95,43 @@ def pct(values: Sequence[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
+# A policy name ending in RATED runs that policy with a rate limit on every tenant of the queue
+# that never binds (the token bucket's cost alone): --rate-limits adds "weighted+rate".
+RATED = "+rate"
+
+
+def set_rate_limits(store: Store, queue: str, on: bool) -> None:
+    """Every tenant of ``queue`` limited to 1,000,000 jobs/s (burst as many), or unlimited."""
+    with store._tx() as cur:  # a benchmark's own set-up, as the loader writes its rows
+        cur.execute("UPDATE fairq.tenant_schedule SET rate = %(r)s, burst = %(b)s, tokens = NULL, "
+                    "refilled_at = NULL WHERE queue = %(q)s",
+                    {"r": 1e6 if on else None, "b": 1_000_000 if on else None, "q": queue})
+
+
+# A policy name ending in GROUPED runs that policy with the queue's tenants in two groups of
+# weights 3 and 1 (every other tenant): --groups adds "weighted+groups".
+GROUPED = "+groups"
+
+
+def set_groups(store: Store, queue: str, on: bool) -> None:
+    """The queue's tenants alternately in groups g3 (weight 3) and g1 (weight 1), or none."""
+    with store._tx() as cur:  # a benchmark's own set-up, as the loader writes its rows
+        cur.execute("DELETE FROM fairq.group_schedule")
+        cur.execute("DELETE FROM fairq.tenant_groups")
+        if on:
+            cur.execute("INSERT INTO fairq.tenant_groups (tenant_group, weight) "
+                        "VALUES ('g3', 3.0), ('g1', 1.0)")
+        cur.execute("UPDATE fairq.tenant_schedule ts SET tenant_group = CASE WHEN %(on)s THEN "
+                    "CASE WHEN hashtext(ts.tenant) %% 2 = 0 THEN 'g3' ELSE 'g1' END END "
+                    "WHERE ts.queue = %(q)s", {"on": on, "q": queue})
+
+
 def run_round(stores: list[CountingStore], policy: str, queue: str, jobs: int, batch: int) -> Round:
     """Every store claims + finishes in its own thread until ``jobs`` jobs were claimed."""
-    pol = get_policy(policy)
+    rated, grouped = policy.endswith(RATED), policy.endswith(GROUPED)
+    pol = get_policy(policy.removesuffix(RATED).removesuffix(GROUPED))
+    set_rate_limits(stores[0], queue, rated)
+    set_groups(stores[0], queue, grouped)
     lock = threading.Lock()
     state = {"claimed": 0, "claims": 0, "empty": 0}
     lats: list[list[float]] = [[] for _ in stores]
@@ -227,7 +261,7 @@ def explain_samples(dsn: str, batch: int, queue: str, samples: int) -> dict[str,
 
 def summarise(rounds: list[Round]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
-    for policy in POLICIES:
+    for policy in dict.fromkeys(r.policy for r in rounds):  # as run (weighted+rate too)
         rs = [r for r in rounds if r.policy == policy]
         if not rs:
             continue
@@ -412,6 +446,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--vacuum-interval", type=float, default=DEFAULT_VACUUM_INTERVAL,
                     help="seconds between the workers' VACUUM of tenant_schedule, emulated "
                          "beside the claimers as a worker runs it (default: the worker's; 0: none)")
+    ap.add_argument("--rate-limits", action="store_true",
+                    help="also run weighted with a (never binding) rate limit on every tenant")
+    ap.add_argument("--groups", action="store_true",
+                    help="also run weighted with the tenants in two groups (weights 3 and 1)")
     ap.add_argument("--vacuum-schedule", action="store_true",
                     help="diagnostic: also VACUUM tenant_schedule before each round")
     args = ap.parse_args(argv)
@@ -446,7 +484,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             dsn = cp.with_db(admin, dbs[n])
             print(f"tenants={n}: loaded in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
             pgss = result["pg_stat_statements"] = pgss_available(dsn)
-            result["main"].append(bench_size(dsn, n, POLICIES, args, "auto", pgss))
+            policies = (*POLICIES, *(("weighted" + RATED,) if args.rate_limits else ()),
+                        *(("weighted" + GROUPED,) if args.groups else ()))
+            result["main"].append(bench_size(dsn, n, policies, args, "auto", pgss))
             if n in mode_sizes:
                 for mode in ("custom", "generic"):
                     result["modes"].append(bench_size(dsn, n, ("fifo", "weighted"), args, mode, False))

@@ -333,6 +333,16 @@ def overview() -> Json:
         w=8,
     )
     L.add(
+        "Tenant groups: share of claims vs share of weight",
+        [
+            (f"fairq_group_claim_share{{{Q}}}", "claims {{group}}"),
+            (f"fairq_group_weight_share{{{Q}}}", "weight {{group}}"),
+        ],
+        unit="percentunit",
+        w=24,
+        description="Per tenant group, over the groups with backlogged tenants, recent window.",
+    )
+    L.add(
         "Share of claims vs share of weight",
         [
             (claim_share(Q), "claims {{tenant}}"),
@@ -507,6 +517,22 @@ def tenant() -> Json:
         thresholds=[(None, "red"), (0.8, "green")],
         w=24,
         h=6,
+    )
+    L.add(
+        "Rate limit and tokens",
+        [
+            (f"fairq_tenant_rate_limit{{{QT}}}", "limit/s {{queue}}"),
+            (f"fairq_tenant_rate_tokens{{{QT}}}", "tokens {{queue}}"),
+        ],
+        w=12,
+        description="Jobs started per second at most, and the bucket (jobs it may start now).",
+    )
+    L.add(
+        "Throttled (waiting for a token)",
+        [(f"avg_over_time(fairq_tenant_throttled{{{QT}}}[$__range])", "{{queue}}")],
+        unit="percentunit",
+        w=12,
+        description="Share of the time range the tenant spent waiting for its next token.",
     )
     return dashboard(
         "fairq-tenant",

@@ -57,6 +57,11 @@ class TenantRow:
     queued: int
     runnable: int
     oldest_age: float
+    rate: float | None = None      # jobs per second; None: no rate limit
+    tokens: float | None = None    # its token bucket now
+    throttled: bool = False        # asleep until its next token
+    tenant_group: str = "default"
+    group_weight: float = 1.0
 
 
 def keep_tenants(rows: Sequence[TenantRow], limit: int) -> set[str]:
@@ -98,9 +103,35 @@ def fairness(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float]
     for queue in queues:
         backlogged = [r for r in rows if r.queue == queue and r.runnable > 0 and r.max_running > 0]
         service = {r.tenant: claims.get((queue, r.tenant), 0.0) for r in backlogged}
-        weights = {r.tenant: r.weight for r in backlogged}
+        weights = effective_weights(backlogged)
         values = [service[t] / weights[t] for t in service]
         out[queue] = (jain_index(values), max_share_error(service, weights))
+    return out
+
+
+def effective_weights(backlogged: Sequence[TenantRow]) -> dict[str, float]:
+    """Each tenant's weight within its group times the group's weight (docs/algorithm.md,
+    "Tenant groups"); without groups, proportional to the tenants' own weights."""
+    in_group: dict[str, float] = {}
+    for r in backlogged:
+        in_group[r.tenant_group] = in_group.get(r.tenant_group, 0.0) + r.weight
+    return {r.tenant: r.weight * r.group_weight / in_group[r.tenant_group] for r in backlogged}
+
+
+def group_shares(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float]
+                 ) -> dict[tuple[str, str], tuple[float, float]]:
+    """(queue, group) -> (share of the window's claims, share of weight) over the groups with
+    backlogged tenants."""
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for queue in sorted({r.queue for r in rows}):
+        backlogged = [r for r in rows if r.queue == queue and r.runnable > 0 and r.max_running > 0]
+        gw = {r.tenant_group: r.group_weight for r in backlogged}
+        served: dict[str, float] = {}
+        for r in backlogged:
+            served[r.tenant_group] = served.get(r.tenant_group, 0.0) + claims.get((queue, r.tenant), 0.0)
+        total_w, total_s = sum(gw.values()), sum(served.values())
+        for g in sorted(gw):
+            out[(queue, g)] = (served[g] / total_s if total_s else 0.0, gw[g] / total_w)
     return out
 
 
@@ -251,7 +282,8 @@ class DatabaseCollector:
             f"Tenants folded into tenant=\"__other__\" (top {self.max_tenants} kept).",
             value=float(len(folded)))
         out: list[Metric] = [g_queued, g_delayed, g_running, g_oldest, g_cap, g_weight, g_jain, g_err,
-                             g_leases, g_folded]
+                             g_leases, g_folded, *self._rate_families(rows, kept, kept_queues),
+                             *self._group_families(rows, claims, kept_queues)]
         if table is not None:
             last = max(table["last_autovacuum"] or 0.0, table["last_vacuum"] or 0.0)
             out += [
@@ -274,6 +306,47 @@ class DatabaseCollector:
                                     value=table["inserted"] or 0.0),
             ]
         return out
+
+    @staticmethod
+    def _rate_families(rows: Sequence[TenantRow], kept: set[str], queues: set[str]
+                       ) -> list[Metric]:
+        """Rate-limited tenants (kept ones only): the limit, the bucket, and whether the tenant
+        is asleep until its next token (docs/algorithm.md, "Rate limits")."""
+        g_rate = GaugeMetricFamily("fairq_tenant_rate_limit",
+                                   "Tenant's rate limit, jobs started per second per queue.",
+                                   labels=["queue", "tenant"])
+        g_tokens = GaugeMetricFamily("fairq_tenant_rate_tokens",
+                                     "Tokens in the tenant's bucket (jobs it may start now).",
+                                     labels=["queue", "tenant"])
+        g_throttled = GaugeMetricFamily("fairq_tenant_throttled",
+                                        "1 while the tenant waits for its next token.",
+                                        labels=["queue", "tenant"])
+        for r in rows:
+            if r.rate is None or r.tenant not in kept or r.queue not in queues:
+                continue
+            g_rate.add_metric([r.queue, r.tenant], r.rate)
+            g_tokens.add_metric([r.queue, r.tenant], r.tokens or 0.0)
+            g_throttled.add_metric([r.queue, r.tenant], 1.0 if r.throttled else 0.0)
+        return [g_rate, g_tokens, g_throttled]
+
+    def _group_families(self, rows: Sequence[TenantRow], claims: dict[tuple[str, str], float],
+                        queues: set[str]) -> list[Metric]:
+        """Each tenant group's share of the window's claims against its share of weight, on the
+        kept queues (a share is not a sum: a folded queue has none)."""
+        g_claims = GaugeMetricFamily(
+            "fairq_group_claim_share",
+            f"Group's share of the claims of its queue's backlogged tenants, last {self.window:g}s.",
+            labels=["queue", "group"])
+        g_weight = GaugeMetricFamily(
+            "fairq_group_weight_share",
+            "Group's weight over the weights of the groups with backlogged tenants.",
+            labels=["queue", "group"])
+        for (queue, group), (served, weight) in group_shares(rows, claims).items():
+            if queue not in queues:
+                continue
+            g_claims.add_metric([queue, group], served)
+            g_weight.add_metric([queue, group], weight)
+        return [g_claims, g_weight]
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:

@@ -159,13 +159,33 @@ class JobInfo:
 
 @dataclass(frozen=True, slots=True)
 class TenantConfig:
-    """A tenant's effective weight and cap; ``configured`` is False when it follows the defaults."""
+    """A tenant's effective weight and cap; ``configured`` is False when it follows the defaults.
+    ``rate`` (jobs started per second, None: unlimited) and ``burst`` (how many may start at
+    once after idling) are its rate limit."""
 
     tenant: str
     weight: float
     max_running: int
     configured: bool = True
     running: int = 0
+    rate: float | None = None
+    burst: int | None = None
+    group: str | None = None  # None: the group 'default'
+
+
+@dataclass(slots=True)
+class GroupConfig:
+    """A tenant group: its weight among the groups with runnable work; ``tenants`` configured
+    in it. ``configured`` is False for the group 'default' while it keeps weight 1."""
+
+    name: str
+    weight: float
+    configured: bool = True
+    tenants: int = 0
+
+
+# Tenants without their own configuration: (weight, max_running, rate, burst).
+TenantDefaults = tuple[float, int, float | None, int | None]
 
 
 @dataclass(slots=True)

@@ -47,11 +47,12 @@ JOBS_STORAGE = {
 WEIGHT_CHECK = "weight >= 0.001 AND weight <= 1000"
 
 
-def engine_functions_ddl(schema: str) -> str:
-    """The engine's functions (fairq/sql/ddl/engine_v1.sql) for ``schema``."""
+def engine_functions_ddl(schema: str, version: int = 1) -> str:
+    """The engine's functions (fairq/sql/ddl/engine_v<version>.sql) for ``schema``."""
     from importlib import resources
 
-    text = resources.files("fairq.sql").joinpath("ddl/engine_v1.sql").read_text(encoding="utf-8")
+    text = resources.files("fairq.sql").joinpath(f"ddl/engine_v{version}.sql").read_text(
+        encoding="utf-8")
     return text.replace("{schema}", f'"{validate_schema_name(schema)}"')
 
 
@@ -67,6 +68,13 @@ def settings_policy_ddl(schema: str) -> str:
             f"WITH CHECK ({stamp});\n"
             f"CREATE POLICY settings_stamp_update ON {s}.settings FOR UPDATE "
             f"USING ({stamp}) WITH CHECK ({stamp})")
+
+
+# Rate limits: jobs per second with a bucket of `burst` (fairq.validation).
+RATE_CHECK = ("rate IS NULL OR (rate >= 0.001 AND rate <= 1000000 AND burst >= 1 "
+              "AND burst <= 1000000)")
+
+
 
 
 def enqueue_functions_ddl(schema: str) -> str:
@@ -180,6 +188,35 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         PrimaryKeyConstraint("tenant", name="tenants_pkey"),
         CheckConstraint(WEIGHT_CHECK, name="tenants_weight_check"),
         CheckConstraint("max_running >= 0", name="tenants_max_running_check"),
+        # Jobs per second (NULL: unlimited) and the bucket's size (migration 0007).
+        Column("rate", Float),
+        Column("burst", Integer),
+        CheckConstraint(RATE_CHECK, name="tenants_rate_check"),
+        # The tenant's group (tenant_groups; NULL: the group 'default').
+        Column("tenant_group", Text),
+    )
+
+    # Tenant groups: a group's weight; its active tenants share it by their own weights.
+    Table(
+        "tenant_groups",
+        md,
+        Column("tenant_group", Text, nullable=False),
+        Column("weight", Float, nullable=False),
+        Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("tenant_group", name="tenant_groups_pkey"),
+        CheckConstraint(WEIGHT_CHECK, name="tenant_groups_weight_check"),
+    )
+
+    # Per (queue, group): group weight / the weights of its active tenants, the factor of its
+    # tenants' weights in a claim (engine_v2.sql: eff_weight, refresh_groups).
+    Table(
+        "group_schedule",
+        md,
+        Column("queue", Text, nullable=False),
+        Column("tenant_group", Text, nullable=False),
+        Column("factor", Float, nullable=False),
+        Column("refreshed_at", DateTime(timezone=True), nullable=False),
+        PrimaryKeyConstraint("queue", "tenant_group", name="group_schedule_pkey"),
     )
 
     # Key/value settings: the tenant defaults and the maintenance schedule.
@@ -216,6 +253,14 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         PrimaryKeyConstraint("queue", "tenant", name="tenant_schedule_pkey"),
         CheckConstraint("running >= 0", name="tenant_schedule_running_check"),
         CheckConstraint(WEIGHT_CHECK, name="tenant_schedule_weight_check"),
+        # The tenant's rate limit (copied like weight) and its token bucket: `tokens` as of
+        # `refilled_at`, NULL = full (engine_v2.sql).
+        Column("rate", Float),
+        Column("burst", Integer),
+        Column("tokens", Float),
+        Column("refilled_at", DateTime(timezone=True)),
+        CheckConstraint(RATE_CHECK, name="tenant_schedule_rate_check"),
+        Column("tenant_group", Text),
         # The claim's tenant pick: runnable tenants in virtual-time order.
         Index(
             "tenant_schedule_runnable_idx",
@@ -248,6 +293,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     )
     # The engine's functions (migration 0003); create_all gets them through this hook.
     event.listen(md, "after_create", DDL(engine_functions_ddl(schema)))  # type: ignore[no-untyped-call]
+    event.listen(md, "after_create", DDL(engine_functions_ddl(schema, 2)))  # type: ignore[no-untyped-call]
     # The SQL enqueue (migration 0005), after the engine's functions it calls.
     event.listen(md, "after_create", DDL(enqueue_functions_ddl(schema)))  # type: ignore[no-untyped-call]
     return md

@@ -39,6 +39,9 @@ class TenantStats:
     claim_share: float | None
     weight_share: float | None
     oldest_wait_seconds: float | None
+    rate: float | None = None      # its rate limit (jobs per second), None: none
+    tokens: float | None = None    # its token bucket now
+    tenant_group: str = "default"
 
 
 def tenant_stats(app: App, *, window_s: float = DEFAULT_WINDOW_S, queue: str | None = None,
@@ -70,9 +73,9 @@ def _age(seconds: float | None) -> str:
     return f"{s / 86400:.1f}d"
 
 
-HEADERS = ("queue", "tenant", "queued (due/delayed)", "running/cap", "weight", "done", "failed",
-           "claims", "weight share", "oldest wait")
-RIGHT = (False, False, True, True, True, True, True, True, True, True)
+HEADERS = ("queue", "tenant", "group", "queued (due/delayed)", "running/cap", "weight", "rate (tokens)",
+           "done", "failed", "claims", "weight share", "oldest wait")
+RIGHT = (False, False, False, True, True, True, True, True, True, True, True, True)
 
 
 def table_rows(stats: Sequence[TenantStats]) -> list[list[str]]:
@@ -81,9 +84,11 @@ def table_rows(stats: Sequence[TenantStats]) -> list[list[str]]:
         [
             s.queue,
             s.tenant,
+            s.tenant_group,
             f"{s.due + s.delayed} ({s.due}/{s.delayed})",
             f"{s.running}/{s.max_running}" if s.max_running > 0 else f"{s.running}/paused",
             f"{s.weight:g}",
+            "-" if s.rate is None else f"{s.rate:g}/s ({s.tokens or 0:.1f})",
             str(s.done),
             str(s.failed),
             f"{_pct(s.claim_share)} ({s.recent_claims})",

@@ -146,6 +146,35 @@ def integer(kind: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
+MIN_RATE, MAX_RATE = 0.001, 1_000_000.0
+MAX_BURST = 1_000_000
+
+
+def rate(value: Any, *, shown: str | None = None) -> float:
+    """A rate limit in jobs per second, from MIN_RATE to MAX_RATE inclusive."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"rate must be a number of jobs per second, not {type(value).__name__}")
+    if not MIN_RATE <= value <= MAX_RATE:  # also refuses nan and +-inf
+        raise InvalidInput(f"rate must be between {MIN_RATE:g} and {MAX_RATE:g} jobs per second, "
+                           f"not {repr(value) if shown is None else shown}")
+    return float(value)
+
+
+def burst(value: Any) -> int:
+    return integer("burst", value, 1, MAX_BURST)
+
+
+def rate_limit(rate_: float | None, burst_: int | None) -> tuple[float | None, int | None]:
+    """A validated (rate, burst): no rate means no limit (and no burst); a rate without a
+    burst gets one second's worth of jobs, at least one."""
+    if rate_ is None:
+        if burst_ is not None:
+            raise InvalidInput("burst needs a rate (jobs per second)")
+        return None, None
+    r = rate(rate_)
+    return r, burst(burst_) if burst_ is not None else max(1, math.ceil(r))
+
+
 def max_running(value: Any) -> int:
     return integer("max_running", value, 0, 1_000_000)
 

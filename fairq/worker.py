@@ -235,6 +235,9 @@ class Worker:
         self._signals: SignalRelay | None = None
         self._hot: set[str] = set()
         self._poll_now = True
+        # When the first idle tenant of a queue whose claim came back short is due to wake (a
+        # delayed job, a rate-limited tenant's next token): a poll then, not at poll_interval.
+        self._tenant_wake: float | None = None
         self._inflight: dict[tuple[int, int], _Running] = {}
         # Jobs whose handler returned and whose finish is not written yet (a held lock may delay
         # it for a while): the heartbeat thread keeps their leases too.
@@ -527,6 +530,8 @@ class Worker:
             now = time.monotonic()
             with self._lock:
                 poll = self._poll_now or now >= next_poll or (until_empty and not self._inflight)
+                if self._tenant_wake is not None and now >= self._tenant_wake:
+                    poll, self._tenant_wake = True, None
                 self._poll_now = False
                 busy = bool(self._inflight or self._hot)
             try:
@@ -591,6 +596,8 @@ class Worker:
             free = self.concurrency - len(self._inflight)
             ready = bool((self._hot and free > 0) or self._poll_now)
             deadlines = [next_poll]
+            if self._tenant_wake is not None:
+                deadlines.append(self._tenant_wake)
             if not ready and self._inflight:
                 deadlines.append(schedule.next_due())
         if not ready:
@@ -656,7 +663,20 @@ class Worker:
                 self._hot.add(q)
             else:
                 self._hot.discard(q)
+        if len(jobs) < want:
+            self._note_next_wake(store, q)
         return jobs
+
+    def _note_next_wake(self, store: Store, q: str) -> None:
+        """Remember when the queue's first idle tenant wakes (at least 10 ms from now, so a
+        sleeper another claim holds does not make this loop spin)."""
+        seconds = store.next_wake(q)
+        if seconds is None:
+            return
+        at = time.monotonic() + max(0.01, seconds)
+        with self._lock:
+            if self._tenant_wake is None or at < self._tenant_wake:
+                self._tenant_wake = at
 
     def _drained(self, store: Store, claimed: int, poll: bool) -> bool:
         """Done when nothing runs here and a claim found nothing: a fair claim comes back empty

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0004"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "jobs",
     "ops",
     "tenants",
+    "groups",
     "stats",
     "exporter",
     "demo",

@@ -32,6 +32,12 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                    help=f"share of claims, from {v.MIN_WEIGHT:g} to {v.MAX_WEIGHT:g} (inclusive)")
     s.add_argument("--max-running", type=integer("max-running"),
                    help="running jobs at most (0 pauses the tenant)")
+    s.add_argument("--rate", type=_rate, metavar="JOBS_PER_S|unlimited",
+                   help=f"jobs started per second in each queue, from {v.MIN_RATE:g} to "
+                        f"{v.MAX_RATE:g}; 'unlimited' removes the limit")
+    s.add_argument("--burst", type=integer("burst"),
+                   help="jobs that may start at once after idling (default: one second's worth)")
+    s.add_argument("--group", help="its tenant group (see `fairq groups`); 'default' for none")
     s.set_defaults(handler=run_set)
 
     a = tsub.add_parser("apply", parents=[common],
@@ -63,21 +69,58 @@ def _weight(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+_UNLIMITED = "unlimited"
+
+
+def _rate(text: str) -> float | str:
+    """An argparse type: a rate in range or 'unlimited', refused before anything connects."""
+    if text.strip().lower() == _UNLIMITED:
+        return _UNLIMITED
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"rate must be a number of jobs per second or 'unlimited', not {text!r}") from None
+    try:
+        return v.rate(value, shown=text.strip())
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _limit(t: TenantConfig) -> str:
+    return "-" if t.rate is None else f"{t.rate:g}/s burst {t.burst}"
+
+
 def _rows(tenants: list[TenantConfig]) -> str:
     return format_table(
-        ["tenant", "weight", "max_running", "running", "configured"],
-        [[t.tenant, f"{t.weight:g}", t.max_running, t.running, "yes" if t.configured else "default"]
+        ["tenant", "group", "weight", "max_running", "rate", "running", "configured"],
+        [[t.tenant, t.group or "default", f"{t.weight:g}", t.max_running, _limit(t), t.running,
+          "yes" if t.configured else "default"]
          for t in tenants],
-        right=[False, True, True, True, False],
+        right=[False, False, True, True, True, True, False],
     )
 
 
 def run_set(args: argparse.Namespace) -> int:
-    if args.weight is None and args.max_running is None:
-        raise InvalidInput("give --weight and/or --max-running")
+    from fairq.app import KEEP
+
+    if args.weight is None and args.max_running is None and args.rate is None \
+            and args.burst is None and args.group is None:
+        raise InvalidInput("give --weight, --max-running, --rate, --burst and/or --group")
+    if args.rate == _UNLIMITED and args.burst is not None:
+        raise InvalidInput("--burst needs a rate, not --rate unlimited")
+    v.name("tenant", args.tenant)
+    if args.burst is not None:
+        v.burst(args.burst)
+    rate = KEEP if args.rate is None else None if args.rate == _UNLIMITED else args.rate
     with open_app(args) as app:
-        t = app.tenants.set(args.tenant, weight=args.weight, max_running=args.max_running)
-    print(f"{t.tenant}: weight={t.weight:g} max_running={t.max_running}")
+        t = app.tenants.set(args.tenant, weight=args.weight, max_running=args.max_running,
+                            rate=rate, burst=KEEP if args.burst is None else args.burst,
+                            group=KEEP if args.group is None
+                            else None if args.group == "default" else args.group)
+    limit = "" if t.rate is None else f" rate={t.rate:g}/s burst={t.burst}"
+    group = "" if t.group is None else f" group={t.group}"
+    print(f"{t.tenant}: weight={t.weight:g} max_running={t.max_running}{limit}{group}")
     return EXIT_OK
 
 

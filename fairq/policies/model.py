@@ -29,6 +29,21 @@ A fair claim (round_robin, weighted, drr) of batch ``B`` (docs/algorithm.md, "Th
 6. deactivates every walked tenant, and every sleeper, left with no due job (``wake_at`` = its
    earliest queued ``run_at``, None if it has none); tenants not reached are untouched.
 
+Rate limits: a tenant with a ``rate`` (jobs per second, on the ``now`` clock) has a bucket of
+``tokens`` as of ``refilled_at`` (None: full), refilled at ``rate`` up to ``burst``. Its *room*
+in a claim is its free slots, and at most its whole tokens; room replaces free slots in steps 1,
+3 and 4 (the fallback of step 4 only walks tenants with room). A served tenant pays a token per
+job; in step 6 a walked tenant, or sleeper, left without a whole token (*dry*) is deactivated
+too, with ``wake_at`` = when its next token is due, or its first queued run_at if later (None
+if nothing is queued). Changing a rate limit first settles the bucket under the old one (capped
+by the new burst) and moves an inactive tenant's future ``wake_at`` to ``now``.
+
+Tenant groups: a group has a weight (``groups``; tenants without one are in ``"default"``,
+weight 1). ``refresh_groups`` sets each group's factor to its weight over the summed weights of
+its active tenants (the database does it in a claim, at most once a second); a fair claim that
+uses weights uses ``weight * factor`` (1 when the group has none) in place of the weight, for
+the shares and the virtual-time increments alike.
+
 fifo takes the first ``B`` due jobs in global (priority DESC, run_at, id) order among tenants
 with a free slot, then grants each tenant as many of them as it has free slots; it keeps no
 virtual time.
@@ -84,10 +99,31 @@ class ModelTenant:
     vtime: float = 0.0
     active: bool = True
     wake_at: float | None = None
+    rate: float | None = None
+    burst: int | None = None
+    tokens: float | None = None       # as of refilled_at; None: a full bucket
+    refilled_at: float | None = None
 
     @property
     def free(self) -> int:
         return self.max_running - self.running
+
+    def tokens_at(self, now: float) -> float | None:
+        """The bucket at ``now`` (None without a rate limit)."""
+        if self.rate is None or self.burst is None:
+            return None
+        if self.tokens is None or self.refilled_at is None:
+            return float(self.burst)
+        return min(float(self.burst), self.tokens + self.rate * (now - self.refilled_at))
+
+    def room(self, now: float) -> int:
+        """Jobs a claim may take: free slots, and at most the whole tokens."""
+        tokens = self.tokens_at(now)
+        return self.free if tokens is None else min(self.free, math.floor(tokens + 1e-9))
+
+    def dry(self, now: float) -> bool:
+        tokens = self.tokens_at(now)
+        return tokens is not None and tokens + 1e-9 < 1
 
 
 @dataclass
@@ -97,11 +133,35 @@ class QueueModel:
     default_weight: float = 1.0
     default_max_running: int = 10
     tenants: dict[str, ModelTenant] = field(default_factory=dict)
-    config: dict[str, tuple[float, int]] = field(default_factory=dict)
+    config: dict[str, tuple[float, int, float | None, int | None]] = field(default_factory=dict)
     queued: dict[int, ModelJob] = field(default_factory=dict)
     running: dict[int, ModelJob] = field(default_factory=dict)
     # Each tenant's queued jobs, kept sorted by ModelJob.order_key.
     by_tenant: dict[str, list[ModelJob]] = field(default_factory=dict)
+    groups: dict[str, float] = field(default_factory=dict)          # group -> weight
+    tenant_group: dict[str, str] = field(default_factory=dict)      # tenant -> group
+    factors: dict[str, float] = field(default_factory=dict)         # group -> factor
+
+    def set_group(self, group: str, weight: float) -> None:
+        self.groups[group] = weight
+
+    def set_tenant_group(self, tenant: str, group: str | None) -> None:
+        if group is None:
+            self.tenant_group.pop(tenant, None)
+        else:
+            self.tenant_group[tenant] = group
+
+    def refresh_groups(self) -> None:
+        """Each group's factor: its weight / the weights of its active tenants."""
+        active: dict[str, float] = {}
+        for t in self.tenants.values():
+            if t.active:
+                g = self.tenant_group.get(t.name, "default")
+                active[g] = active.get(g, 0.0) + t.weight
+        self.factors = {g: self.groups.get(g, 1.0) / w for g, w in active.items()}
+
+    def effective_weight(self, t: ModelTenant) -> float:
+        return t.weight * self.factors.get(self.tenant_group.get(t.name, "default"), 1.0)
 
     # -- queries -------------------------------------------------------------------------
     def runnable(self) -> Iterator[ModelTenant]:
@@ -138,21 +198,39 @@ class QueueModel:
     def _activate(self, tenant: ModelTenant, vtime: float) -> None:
         tenant.active, tenant.vtime, tenant.wake_at = True, vtime, None
 
-    def _deactivate(self, tenant: ModelTenant) -> None:
+    def _deactivate(self, tenant: ModelTenant, now: float) -> None:
         pending = [j.run_at for j in self.by_tenant.get(tenant.name, [])]
-        tenant.active, tenant.wake_at = False, (min(pending) if pending else None)
+        wake = min(pending) if pending else None
+        tokens = tenant.tokens_at(now)
+        if wake is not None and tenant.dry(now) and tokens is not None and tenant.rate:
+            wake = max(wake, now + (1 - tokens) / tenant.rate)  # the next token
+        tenant.active, tenant.wake_at = False, wake
 
     @staticmethod
     def _earlier(wake_at: float | None, run_at: float) -> float:
         return run_at if wake_at is None else min(wake_at, run_at)
 
     # -- operations ----------------------------------------------------------------------
-    def set_tenant(self, tenant: str, weight: float, max_running: int) -> None:
-        """Configure a tenant (known or not yet seen); takes effect immediately, nothing else moves."""
-        self.config[tenant] = (weight, max_running)
-        if tenant in self.tenants:
-            self.tenants[tenant].weight = weight
-            self.tenants[tenant].max_running = max_running
+    def set_tenant(self, tenant: str, weight: float, max_running: int, rate: float | None = None,
+                   burst: int | None = None, now: float = 0.0) -> None:
+        """Configure a tenant (known or not yet seen); takes effect immediately. Only a change
+        of rate limit moves anything else (the bucket, a sleeping tenant's wake_at)."""
+        self.config[tenant] = (weight, max_running, rate, burst)
+        t = self.tenants.get(tenant)
+        if t is None:
+            return
+        t.weight, t.max_running = weight, max_running
+        if (t.rate, t.burst) != (rate, burst):
+            old = t.tokens_at(now)
+            had_rate = t.rate is not None
+            t.rate, t.burst = rate, burst
+            if rate is None or burst is None:
+                t.tokens, t.refilled_at = None, None
+            else:
+                t.tokens = float(burst) if old is None else min(float(burst), old)
+                t.refilled_at = now if had_rate else None
+            if not t.active and t.wake_at is not None and t.wake_at > now:
+                t.wake_at = now
 
     def enqueue(self, job: ModelJob, now: float, weight: float | None = None,
                 max_running: int | None = None) -> None:
@@ -168,12 +246,13 @@ class QueueModel:
             due = job.is_due(now)
             t = self.tenants.get(job.tenant)
             if t is None:
-                cfg_weight, cfg_cap = self.config.get(
-                    job.tenant, (self.default_weight, self.default_max_running))
+                cfg_weight, cfg_cap, cfg_rate, cfg_burst = self.config.get(
+                    job.tenant, (self.default_weight, self.default_max_running, None, None))
                 t = ModelTenant(job.tenant,
                                 weight=cfg_weight if weight is None else weight,
                                 max_running=cfg_cap if max_running is None else max_running,
-                                vtime=v, active=due, wake_at=None if due else job.run_at)
+                                vtime=v, active=due, wake_at=None if due else job.run_at,
+                                rate=cfg_rate, burst=cfg_burst)
                 self.tenants[job.tenant] = t
             elif not t.active:
                 if due:
@@ -205,16 +284,21 @@ class QueueModel:
     def _claim_fifo(self, batch: int, now: float) -> list[int]:
         # The first `batch` due jobs in global order among tenants with a free slot; then each
         # tenant keeps as many of them as it has free slots (the rest stay queued).
-        pool = [job for name in self.by_tenant if self.tenants[name].free > 0
+        pool = [job for name in self.by_tenant if self.tenants[name].room(now) > 0
                 for job in islice(self.due_jobs(name, now), batch)]
         picked = sorted(pool, key=ModelJob.order_key)[:batch]
         granted: dict[str, int] = {}
         taken: list[ModelJob] = []
         for job in picked:
             t = self.tenants[job.tenant]
-            if granted.get(t.name, 0) < t.free:
+            if granted.get(t.name, 0) < t.room(now):
                 granted[t.name] = granted.get(t.name, 0) + 1
                 taken.append(job)
+        for name, n in granted.items():
+            t = self.tenants[name]
+            tokens = t.tokens_at(now)
+            if tokens is not None:
+                t.tokens, t.refilled_at = tokens - n, now
         for job in taken:
             self._start(job)
             self.tenants[job.tenant].running += 1
@@ -234,10 +318,10 @@ class QueueModel:
         # 2. Then the runnable tenants at most `batch` of virtual time ahead of the first.
         window = [t for t in sorted(before, key=attrgetter("vtime", "name"))
                   if vmin is not None and t.vtime <= vmin + batch]
-        candidates = [t for t in sleepers if t.free > 0] + window
+        candidates = [t for t in sleepers if t.room(now) > 0] + window
 
         def units(t: ModelTenant) -> float:
-            return t.weight if by_weight else 1.0
+            return self.effective_weight(t) if by_weight else 1.0
 
         # 3. Shares over the first `batch` candidates.
         total_units = sum(units(t) for t in candidates[:batch]) or 1.0
@@ -249,7 +333,7 @@ class QueueModel:
             for t in tenants:
                 if count >= batch:
                     break
-                share = min(t.free, math.ceil(batch * units(t) / total_units))
+                share = min(t.room(now), math.ceil(batch * units(t) / total_units))
                 jobs = list(islice(self.due_jobs(t.name, now), min(share, batch - count)))
                 walked.append((t, jobs))
                 count += len(jobs)
@@ -260,7 +344,7 @@ class QueueModel:
         #    first three runnable tenants with a due job, whatever their virtual time.
         if count == 0:
             walk([t for t in sorted(self.runnable(), key=attrgetter("vtime", "name"))
-                  if self.has_due(t.name, now)][:3])
+                  if self.has_due(t.name, now) and t.room(now) > 0][:3])
 
         claimed: list[int] = []
         for t, jobs in walked:
@@ -270,11 +354,14 @@ class QueueModel:
             if jobs:
                 t.running += len(jobs)
                 t.vtime += sum((j.cost if by_cost else 1.0) / units(t) for j in jobs)
-        # 7. Every tenant served or walked past, and every sleeper, with no due job left leaves
-        #    the runnable set.
+                tokens = t.tokens_at(now)
+                if tokens is not None:
+                    t.tokens, t.refilled_at = tokens - len(jobs), now
+        # 7. Every tenant served or walked past, and every sleeper, with no due job left or
+        #    without a token leaves the runnable set.
         for t in [t for t, _ in walked] + sleepers:
-            if t.active and not self.has_due(t.name, now):
-                self._deactivate(t)
+            if t.active and (not self.has_due(t.name, now) or t.dry(now)):
+                self._deactivate(t, now)
         return claimed
 
     def finish(self, job_id: int) -> None:

@@ -16,8 +16,9 @@
 --    the walk: a job that fell due is claimable without waiting for any maintenance.
 -- 2. The walk: runnable tenants in (vtime, tenant) order, at most `window` of virtual time ahead
 --    of the first, each row locked as the walk reaches it, SKIP LOCKED (a tenant another claim
---    holds is being served by it); each gives at most its weighted share of the batch and its
---    free slots, and the walk stops when the batch is full.
+--    holds is being served by it); each gives at most its weighted share of the batch, its
+--    free slots and, with a rate limit, its whole tokens (claim_room); the walk stops when the
+--    batch is full.
 -- 3. With `wait` (the store's second statement, when the first came back empty): no sleepers,
 --    no walk; claim_head waits for the first runnable tenant with a due job, holding nothing.
 -- 4. The jobs are marked running, then claim_settle writes the tenants' counts and virtual times
@@ -25,7 +26,7 @@
 --    set. It is a function because it needs snapshots taken after this statement's locks.
 WITH
 sleepers AS MATERIALIZED (
-    SELECT s.ctid, s.tenant, s.weight, s.max_running - s.running AS room
+    SELECT s.ctid, s.tenant, ({schema}.claim_terms(s)).*  -- weight, room
     FROM {schema}.tenant_schedule s
     WHERE s.queue = %(queue)s AND NOT s.active AND s.wake_at <= now() AND NOT %(wait)s
     ORDER BY s.wake_at
@@ -48,7 +49,7 @@ cand AS (
         WHERE sl.room > 0 ORDER BY sl.tenant) w
     UNION ALL
     SELECT 1, r.ctid, r.tenant, r.vtime, r.weight, r.room FROM (
-        SELECT ts.ctid, ts.tenant, ts.vtime, ts.weight, ts.max_running - ts.running AS room
+        SELECT ts.ctid, ts.tenant, ts.vtime, ({schema}.claim_terms(ts)).*
         FROM {schema}.tenant_schedule ts
         WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
           AND ts.vtime <= (SELECT r.hi FROM reach r) AND NOT %(wait)s
@@ -120,7 +121,8 @@ FROM claimed c
 WHERE (SELECT st.n FROM settled st) IS NOT NULL;
 
 -- name: claim_fifo
--- The global order (priority, run_at, id), skipping tenants at their cap: the baseline.
+-- The global order (priority, run_at, id), skipping tenants at their cap or without a token
+-- (claim_room): the baseline.
 -- Plan robustness: a generic plan cannot know the batch size, so it estimates a LIMIT of it as a
 -- tenth of the backlog (thousands of rows) and may then join those "thousands" to jobs or
 -- tenant_schedule by hash join over a Seq Scan (seen on PostgreSQL 18 with misleading
@@ -136,7 +138,7 @@ WITH picked AS MATERIALIZED (
       AND q.cost > 0
       -- A scalar subquery, not EXISTS: the planner cannot flatten it into a join that reads
       -- and sorts the whole backlog; it stays a per-row probe under the ordered index scan.
-      AND (SELECT ts.running < ts.max_running FROM {schema}.tenant_schedule ts
+      AND (SELECT {schema}.claim_room(ts) > 0 FROM {schema}.tenant_schedule ts
            WHERE ts.queue = q.queue AND ts.tenant = q.tenant)
     ORDER BY q.priority DESC, q.run_at, q.id
     LIMIT %(batch)s
@@ -153,7 +155,7 @@ locked AS MATERIALIZED (
     SELECT x.ctid, x.tenant, x.room
     FROM (SELECT DISTINCT p.tenant FROM picked p ORDER BY p.tenant) p
     CROSS JOIN LATERAL (
-        SELECT ts.ctid, ts.tenant, ts.max_running - ts.running AS room
+        SELECT ts.ctid, ts.tenant, {schema}.claim_room(ts) AS room
         FROM {schema}.tenant_schedule ts
         WHERE ts.queue = %(queue)s AND ts.tenant = p.tenant
         FOR NO KEY UPDATE OF ts) x
@@ -188,3 +190,13 @@ SELECT c.id, c.queue, c.tenant, c.task, c.payload, c.attempts, c.max_attempts,
        c.lease_seconds, c.priority, c.cost, c.run_at, c.started_at, c.locked_until
 FROM claimed c
 WHERE (SELECT st.n FROM settled st) IS NOT NULL;
+
+-- name: next_wake
+-- Seconds until the queue's first idle tenant is due to wake (a delayed job or retry falling
+-- due, a rate-limited tenant's next token), NULL when none waits: a worker whose claim came
+-- back short sleeps until then rather than until its next poll. Read through
+-- tenant_schedule_due_idx (queue, wake_at) WHERE NOT active.
+SELECT extract(epoch FROM ts.wake_at - now())::float8 AS seconds
+FROM {schema}.tenant_schedule ts
+WHERE ts.queue = %(queue)s AND NOT ts.active AND ts.wake_at IS NOT NULL
+ORDER BY ts.wake_at LIMIT 1;

@@ -214,11 +214,12 @@ RETURNING ts.queue, ts.tenant;
 
 -- name: wake_stranded_tenants
 -- Maintenance safety net, run rarely: an idle tenant whose due job committed while a claimer
--- was concluding it had none. O(idle tenants); the wake_at path above is the common one.
+-- was concluding it had none. O(idle tenants); the wake_at path above is the common one. A
+-- rate-limited tenant waiting for its next token (tenant_dry) is idle on purpose.
 UPDATE {schema}.tenant_schedule ts
 SET active = true, wake_at = NULL,
     vtime = {schema}.queue_vtime(ts.queue)
-WHERE NOT ts.active AND EXISTS (
+WHERE NOT ts.active AND NOT {schema}.tenant_dry(ts) AND EXISTS (
     SELECT 1 FROM {schema}.jobs q
     WHERE q.queue = ts.queue AND q.tenant = ts.tenant AND q.status = 'queued' AND q.run_at <= now())
 RETURNING ts.queue, ts.tenant;

@@ -51,7 +51,12 @@ WITH backlog AS (
 )
 SELECT ts.queue, ts.tenant, ts.weight, ts.max_running, ts.running, ts.claimed_total,
        coalesce(b.queued, 0) AS queued, coalesce(b.runnable, 0) AS runnable,
-       coalesce(b.oldest_age, 0)::float8 AS oldest_age
+       coalesce(b.oldest_age, 0)::float8 AS oldest_age,
+       ts.rate, {schema}.tenant_tokens(ts) AS tokens,
+       NOT ts.active AND ts.wake_at > now() AND {schema}.tenant_dry(ts) AS throttled,
+       coalesce(ts.tenant_group, 'default') AS tenant_group,
+       coalesce((SELECT tg.weight FROM {schema}.tenant_groups tg
+                 WHERE tg.tenant_group = coalesce(ts.tenant_group, 'default')), 1.0) AS group_weight
 FROM {schema}.tenant_schedule ts
 LEFT JOIN backlog b ON b.queue = ts.queue AND b.tenant = ts.tenant
 ORDER BY ts.queue, ts.tenant;

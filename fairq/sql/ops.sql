@@ -112,13 +112,17 @@ FROM {schema}.jobs WHERE tenant = %(tenant)s AND status IN ('queued', 'running')
 -- name: restore_tenant_schedule
 -- After a delete: schedule rows for any queued job of the tenant that committed around it (an
 -- enqueue that was past its own row creation when the rows went), active at V as a new tenant.
-INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active)
+INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active,
+                                           rate, burst, tenant_group)
 SELECT p.queue, p.tenant, coalesce(t.weight, d.weight, 1.0),
-       coalesce(t.max_running, d.max_running, 10), {schema}.queue_vtime(p.queue), true
+       coalesce(t.max_running, d.max_running, 10), {schema}.queue_vtime(p.queue), true,
+       CASE WHEN t.tenant IS NOT NULL THEN t.rate ELSE d.rate END,
+       CASE WHEN t.tenant IS NOT NULL THEN t.burst ELSE d.burst END, t.tenant_group
 FROM (SELECT DISTINCT q.queue, q.tenant FROM {schema}.jobs q
       WHERE q.tenant = %(tenant)s AND q.status = 'queued') p
 LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
-LEFT JOIN (SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running
+LEFT JOIN (SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running,
+                  (value->>'rate')::float8 AS rate, (value->>'burst')::int AS burst
            FROM {schema}.settings WHERE key = 'tenant_defaults') d ON true
 ORDER BY p.queue
 ON CONFLICT (queue, tenant) DO NOTHING
@@ -129,6 +133,8 @@ RETURNING ts.queue;
 DELETE FROM {schema}.tenants WHERE tenant = %(tenant)s RETURNING tenant;
 
 -- name: sync_tenant_to_defaults
+-- The tenant follows the defaults: weight, cap and rate limit (a full bucket), no group.
 UPDATE {schema}.tenant_schedule ts
-SET weight = %(weight)s, max_running = %(max_running)s
-WHERE ts.tenant = %(tenant)s AND (ts.weight <> %(weight)s OR ts.max_running <> %(max_running)s);
+SET weight = %(weight)s, max_running = %(max_running)s, rate = %(rate)s, burst = %(burst)s,
+    tokens = NULL, refilled_at = NULL, tenant_group = NULL
+WHERE ts.tenant = %(tenant)s;

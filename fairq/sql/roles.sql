@@ -19,12 +19,15 @@ GRANT SELECT ON {schema}.jobs TO {role};
 GRANT UPDATE (status, attempts, run_at, started_at, finished_at, locked_until, locked_by,
               last_error, result) ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.tenant_schedule TO {role};
-GRANT UPDATE (running, vtime, active, wake_at, claimed_total, last_served_at)
+GRANT UPDATE (running, vtime, active, wake_at, claimed_total, last_served_at, tokens, refilled_at)
     ON {schema}.tenant_schedule TO {role};
 GRANT SELECT, INSERT (key, value), UPDATE (value) ON {schema}.settings TO {role};
 GRANT SELECT ON {schema}.alembic_version TO {role};
 -- The periodic schedules' last ticks. Enqueueing their jobs takes the producer's grants too.
 GRANT SELECT, INSERT, UPDATE ON {schema}.periodic TO {role};
+-- Tenant groups: a claim reads the groups and refreshes its queue's factors.
+GRANT SELECT ON {schema}.tenant_groups TO {role};
+GRANT SELECT, INSERT, DELETE ON {schema}.group_schedule TO {role};
 
 -- name: roles_grant_worker_prune
 -- Only for workers that run the pruner (Worker(prune_after=...)); otherwise prune as the owner.

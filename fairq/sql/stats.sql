@@ -49,7 +49,9 @@ merged AS (
            coalesce(c.done, 0) AS done,
            coalesce(c.failed, 0) AS failed,
            coalesce(c.recent_claims, 0) AS recent_claims,
-           c.oldest_due
+           c.oldest_due,
+           ts.rate, {schema}.tenant_tokens(ts) AS tokens,
+           coalesce(ts.tenant_group, t.tenant_group, 'default') AS tenant_group
     FROM counts c
     FULL JOIN {schema}.tenant_schedule ts ON ts.queue = c.queue AND ts.tenant = c.tenant
     LEFT JOIN {schema}.tenants t ON t.tenant = coalesce(c.tenant, ts.tenant)
@@ -58,14 +60,24 @@ merged AS (
 ),
 flagged AS (
     SELECT m.*, (m.due > 0 OR m.running > 0 OR m.recent_claims > 0) AS active FROM merged m
+),
+-- With tenant groups, a tenant's weight is its share of its group's weight (docs/algorithm.md,
+-- "Tenant groups"); without groups this is proportional to its own weight.
+effective AS (
+    SELECT f.*, f.weight * coalesce((SELECT tg.weight FROM {schema}.tenant_groups tg
+                                     WHERE tg.tenant_group = f.tenant_group), 1.0)
+               / nullif(sum(f.weight) FILTER (WHERE f.active)
+                            OVER (PARTITION BY f.queue, f.tenant_group), 0) AS eff
+    FROM flagged f
 )
 SELECT f.queue, f.tenant, f.due, f.delayed, f.running, f.max_running, f.weight, f.done, f.failed,
        f.recent_claims, f.active,
        f.recent_claims::float8
            / nullif(sum(f.recent_claims) OVER (PARTITION BY f.queue), 0) AS claim_share,
-       CASE WHEN f.active THEN f.weight
-           / nullif(sum(f.weight) FILTER (WHERE f.active) OVER (PARTITION BY f.queue), 0) END
+       CASE WHEN f.active THEN f.eff
+           / nullif(sum(f.eff) FILTER (WHERE f.active) OVER (PARTITION BY f.queue), 0) END
            AS weight_share,
-       extract(epoch FROM now() - f.oldest_due)::float8 AS oldest_wait_seconds
-FROM flagged f
+       extract(epoch FROM now() - f.oldest_due)::float8 AS oldest_wait_seconds,
+       f.rate, f.tokens, f.tenant_group
+FROM effective f
 ORDER BY f.queue, f.tenant;

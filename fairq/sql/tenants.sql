@@ -1,41 +1,68 @@
 -- Tenant configuration (weights and caps) and its propagation to the schedule rows.
 
 -- name: get_defaults
-SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running
+SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running,
+       (value->>'rate')::float8 AS rate, (value->>'burst')::int AS burst
 FROM {schema}.settings WHERE key = 'tenant_defaults';
 
 -- name: set_defaults
 INSERT INTO {schema}.settings (key, value)
-VALUES ('tenant_defaults', jsonb_build_object('weight', %(weight)s::float8, 'max_running', %(max_running)s::int))
+VALUES ('tenant_defaults', jsonb_build_object('weight', %(weight)s::float8, 'max_running', %(max_running)s::int,
+                                              'rate', %(rate)s::float8, 'burst', %(burst)s::int))
 ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: upsert_tenant
-INSERT INTO {schema}.tenants (tenant, weight, max_running, updated_at)
-VALUES (%(tenant)s, %(weight)s, %(max_running)s, now())
+INSERT INTO {schema}.tenants (tenant, weight, max_running, rate, burst, tenant_group, updated_at)
+VALUES (%(tenant)s, %(weight)s, %(max_running)s, %(rate)s, %(burst)s, %(group)s, now())
 ON CONFLICT (tenant) DO UPDATE
-SET weight = excluded.weight, max_running = excluded.max_running, updated_at = now();
+SET weight = excluded.weight, max_running = excluded.max_running, rate = excluded.rate,
+    burst = excluded.burst, tenant_group = excluded.tenant_group, updated_at = now();
 
 -- name: sync_tenant_schedule
--- Copy one tenant's configuration onto its schedule rows: the next claim sees it.
+-- Copy one tenant's configuration onto its schedule rows: the next claim sees it. When the rate
+-- limit changes, the bucket is first refilled up to now under the old one (tokens earned stay
+-- earned, capped by the new burst), and a tenant asleep in the future is woken by the next claim,
+-- which retires it again at the next token under the new rate if it must.
 UPDATE {schema}.tenant_schedule ts
-SET weight = %(weight)s, max_running = %(max_running)s
-WHERE ts.tenant = %(tenant)s AND (ts.weight <> %(weight)s OR ts.max_running <> %(max_running)s);
+SET weight = %(weight)s, max_running = %(max_running)s, rate = %(rate)s, burst = %(burst)s,
+    tenant_group = %(group)s,
+    tokens = CASE WHEN %(rate)s::float8 IS NOT NULL
+                  THEN least(%(burst)s::int, {schema}.tenant_tokens(ts)) END,
+    refilled_at = CASE WHEN %(rate)s::float8 IS NOT NULL AND ts.rate IS NOT NULL THEN now() END,
+    wake_at = CASE WHEN NOT ts.active AND ts.wake_at > now()
+                        AND (ts.rate IS DISTINCT FROM %(rate)s::float8
+                             OR ts.burst IS DISTINCT FROM %(burst)s::int)
+                   THEN least(ts.wake_at, now()) ELSE ts.wake_at END
+WHERE ts.tenant = %(tenant)s
+  AND (ts.weight <> %(weight)s OR ts.max_running <> %(max_running)s
+       OR ts.rate IS DISTINCT FROM %(rate)s::float8 OR ts.burst IS DISTINCT FROM %(burst)s::int
+       OR ts.tenant_group IS DISTINCT FROM %(group)s::text);
 
 -- name: sync_default_tenants
--- Tenants without their own configuration follow the defaults.
+-- Tenants without their own configuration follow the defaults (the rate as above).
 UPDATE {schema}.tenant_schedule ts
-SET weight = %(weight)s, max_running = %(max_running)s
+SET weight = %(weight)s, max_running = %(max_running)s, rate = %(rate)s, burst = %(burst)s,
+    tokens = CASE WHEN %(rate)s::float8 IS NOT NULL
+                  THEN least(%(burst)s::int, {schema}.tenant_tokens(ts)) END,
+    refilled_at = CASE WHEN %(rate)s::float8 IS NOT NULL AND ts.rate IS NOT NULL THEN now() END,
+    wake_at = CASE WHEN NOT ts.active AND ts.wake_at > now()
+                        AND (ts.rate IS DISTINCT FROM %(rate)s::float8
+                             OR ts.burst IS DISTINCT FROM %(burst)s::int)
+                   THEN least(ts.wake_at, now()) ELSE ts.wake_at END
 WHERE NOT EXISTS (SELECT 1 FROM {schema}.tenants t WHERE t.tenant = ts.tenant)
-  AND (ts.weight <> %(weight)s OR ts.max_running <> %(max_running)s);
+  AND (ts.weight <> %(weight)s OR ts.max_running <> %(max_running)s
+       OR ts.rate IS DISTINCT FROM %(rate)s::float8 OR ts.burst IS DISTINCT FROM %(burst)s::int);
 
 -- name: get_tenant
-SELECT t.tenant, t.weight, t.max_running, true AS configured
+SELECT t.tenant, t.weight, t.max_running, true AS configured, t.rate, t.burst,
+       t.tenant_group AS "group"
 FROM {schema}.tenants t WHERE t.tenant = %(tenant)s;
 
 -- name: list_tenants
 -- Every tenant fairq knows (configured or seen in a queue), with its effective settings.
 WITH d AS (
-    SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running
+    SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running,
+           (value->>'rate')::float8 AS rate, (value->>'burst')::int AS burst
     FROM {schema}.settings WHERE key = 'tenant_defaults'
 ),
 names AS (
@@ -45,6 +72,32 @@ names AS (
 SELECT n.tenant, coalesce(t.weight, d.weight) AS weight,
        coalesce(t.max_running, d.max_running) AS max_running,
        t.tenant IS NOT NULL AS configured,
-       coalesce((SELECT sum(ts.running) FROM {schema}.tenant_schedule ts WHERE ts.tenant = n.tenant), 0)::int AS running
+       coalesce((SELECT sum(ts.running) FROM {schema}.tenant_schedule ts WHERE ts.tenant = n.tenant), 0)::int AS running,
+       CASE WHEN t.tenant IS NOT NULL THEN t.rate ELSE d.rate END AS rate,
+       CASE WHEN t.tenant IS NOT NULL THEN t.burst ELSE d.burst END AS burst,
+       t.tenant_group AS "group"
 FROM names n LEFT JOIN {schema}.tenants t ON t.tenant = n.tenant CROSS JOIN d
 ORDER BY n.tenant;
+
+-- name: upsert_group
+INSERT INTO {schema}.tenant_groups (tenant_group, weight, updated_at)
+VALUES (%(group)s, %(weight)s, now())
+ON CONFLICT (tenant_group) DO UPDATE SET weight = excluded.weight, updated_at = now();
+
+-- name: expire_group_factors
+-- A group's weight changed: every queue's factors are recomputed by its next claim.
+UPDATE {schema}.group_schedule SET refreshed_at = '-infinity';
+
+-- name: list_groups
+-- Every configured group, and the group 'default' of the tenants without one (weight 1 unless
+-- configured), with how many tenants are in it.
+WITH g AS (
+    SELECT tg.tenant_group, tg.weight, true AS configured FROM {schema}.tenant_groups tg
+    UNION ALL
+    SELECT 'default', 1.0, false
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.tenant_groups tg WHERE tg.tenant_group = 'default')
+)
+SELECT g.tenant_group AS name, g.weight, g.configured,
+       (SELECT count(*) FROM {schema}.tenants t
+        WHERE coalesce(t.tenant_group, 'default') = g.tenant_group)::int AS tenants
+FROM g ORDER BY g.tenant_group;

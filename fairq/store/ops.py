@@ -50,14 +50,15 @@ def cancel_tenant(store: Store, tenant: str, *, queue: str | None = None,
 
 
 def reset_tenant(store: Store, tenant: str) -> bool:
-    """Drop ``tenant``'s own weight and cap: the defaults apply from the next claim. Returns
-    whether it had settings of its own."""
-    weight, max_running = store.get_defaults()
+    """Drop ``tenant``'s own weight, cap, rate limit and group: the defaults apply from the next
+    claim. Returns whether it had settings of its own."""
+    weight, max_running, rate, burst = store.get_tenant_defaults()
     with store._tx(atomic=True) as cur:
         cur.execute(store.q("delete_tenant_config"), {"tenant": tenant})
         had = cur.fetchone() is not None
         cur.execute(store.q("sync_tenant_to_defaults"),
-                    {"tenant": tenant, "weight": weight, "max_running": max_running})
+                    {"tenant": tenant, "weight": weight, "max_running": max_running,
+                     "rate": rate, "burst": burst})
     return had
 
 

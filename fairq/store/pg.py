@@ -33,11 +33,13 @@ from fairq.models import (
     ClaimedJob,
     ClaimPlan,
     FinishedJob,
+    GroupConfig,
     JobInfo,
     NewJob,
     NewJobColumns,
     ReapResult,
     TenantConfig,
+    TenantDefaults,
     UndecodablePayload,
 )
 
@@ -324,6 +326,14 @@ class Store:
             rows = self._claim_rows(policy.statement, params)
         return [_claimed(r) for r in rows]
 
+    def next_wake(self, queue: str) -> float | None:
+        """Seconds until the first idle tenant of ``queue`` is due to wake (a delayed job, a
+        retry, a rate-limited tenant's next token); None when none is waiting."""
+        with self._tx() as cur:
+            cur.execute(self.q("next_wake"), {"queue": queue})
+            row = cur.fetchone()
+        return None if row is None else float(row["seconds"])
+
     def _claim_rows(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         with self._tx() as cur:
             cur.execute(self.q(statement), params)
@@ -508,29 +518,55 @@ class Store:
 
     # -- tenants --------------------------------------------------------------------------
     def get_defaults(self) -> tuple[float, int]:
+        weight, max_running, _, _ = self.get_tenant_defaults()
+        return (weight, max_running)
+
+    def get_tenant_defaults(self) -> TenantDefaults:
+        """(weight, max_running, rate, burst) of tenants without their own configuration."""
         with self._tx() as cur:
             cur.execute(self.q("get_defaults"))
             row = cur.fetchone()
         if row is None:
-            return (1.0, 10)
-        return (float(row["weight"]), int(row["max_running"]))
+            return (1.0, 10, None, None)
+        return (float(row["weight"]), int(row["max_running"]), row["rate"], row["burst"])
 
     def set_tenants(
         self,
         tenants: Sequence[TenantConfig],
-        defaults: tuple[float, int] | None = None,
+        defaults: tuple[float, int] | TenantDefaults | None = None,
+        groups: Sequence[GroupConfig] = (),
     ) -> None:
-        """Write tenants' configuration (and optionally new defaults) in one transaction."""
+        """Write tenants' configuration (and optionally new defaults) in one transaction.
+        ``defaults`` is (weight, max_running) or (weight, max_running, rate, burst); the short
+        form means no rate limit."""
         with self._tx(atomic=True) as cur:
+            for g in groups:
+                cur.execute(self.q("upsert_group"), {"group": g.name, "weight": g.weight})
+            if groups:
+                cur.execute(self.q("expire_group_factors"))
             if defaults is not None:
-                d = {"weight": defaults[0], "max_running": defaults[1]}
+                rate, burst = (defaults[2], defaults[3]) if len(defaults) == 4 else (None, None)
+                d = {"weight": defaults[0], "max_running": defaults[1], "rate": rate,
+                     "burst": burst}
                 cur.execute(self.q("set_defaults"), d)
             for t in sorted(tenants, key=lambda t: t.tenant):
-                p = {"tenant": t.tenant, "weight": t.weight, "max_running": t.max_running}
+                p = {"tenant": t.tenant, "weight": t.weight, "max_running": t.max_running,
+                     "rate": t.rate, "burst": t.burst, "group": t.group}
                 cur.execute(self.q("upsert_tenant"), p)
                 cur.execute(self.q("sync_tenant_schedule"), p)
             if defaults is not None:
                 cur.execute(self.q("sync_default_tenants"), d)
+
+    def set_group(self, group: GroupConfig) -> None:
+        """Create or reweigh a tenant group; every queue's next claim recomputes the factors."""
+        with self._tx(atomic=True) as cur:
+            cur.execute(self.q("upsert_group"), {"group": group.name, "weight": group.weight})
+            cur.execute(self.q("expire_group_factors"))
+
+    def list_groups(self) -> list[GroupConfig]:
+        with self._tx() as cur:
+            cur.execute(self.q("list_groups"))
+            return [GroupConfig(**r) for r in cur.fetchall()]
 
     def get_tenant(self, tenant: str) -> TenantConfig:
         with self._tx() as cur:
@@ -538,8 +574,8 @@ class Store:
             row = cur.fetchone()
         if row is not None:
             return TenantConfig(**row)
-        weight, max_running = self.get_defaults()
-        return TenantConfig(tenant, weight, max_running, configured=False)
+        weight, max_running, rate, burst = self.get_tenant_defaults()
+        return TenantConfig(tenant, weight, max_running, configured=False, rate=rate, burst=burst)
 
     def list_tenants(self) -> list[TenantConfig]:
         with self._tx() as cur:

@@ -3,6 +3,9 @@
 Hypothesis drives enqueue / claim / finish / retry / reconfigure on one queue with one claimer;
 after every step the claimed ids and each tenant's (running, vtime, active) must equal the
 model's. Weights are powers of two so virtual times are exact in both float implementations.
+Rate limits are tiny (0.001 jobs/s) so that no token refills during a run: the buckets drain
+exactly, dry tenants sleep past the end of the run (the model's clock NOW is far past every
+job's run_at and before any token is due), and a retry or a new limit wakes them early.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from fairq.policies.model import ModelJob, QueueModel
 from fairq.store import Store
 
 TENANTS = ["a", "b", "c", "d"]
+NOW = 1e6   # the model's clock at claims: every job is due, no token refills
 
 
 def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStateMachine]:
@@ -34,6 +38,7 @@ def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStat
             store.set_tenants([], defaults=(1.0, 10))
             self.model = QueueModel(default_weight=1.0, default_max_running=10)
             self.attempts: dict[int, int] = {}
+            self.conf: dict[str, TenantConfig] = {}
             self.clock = 0.0   # run_at order in the model follows the order of DB statements
 
         @rule(tenant=st.sampled_from(TENANTS), n=st.integers(1, 4), priority=st.sampled_from([0, 0, 1]),
@@ -48,7 +53,7 @@ def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStat
         @rule(batch=st.integers(1, 6))
         def claim(self, batch: int) -> None:
             got = store.claim(policy, queue="default", batch=batch, worker="w")
-            expected = self.model.claim(policy, batch, now=float("inf"))
+            expected = self.model.claim(policy, batch, now=NOW)
             assert sorted(j.id for j in got) == sorted(expected)
             for j in got:
                 self.attempts[j.id] = j.attempts
@@ -74,8 +79,19 @@ def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStat
         @rule(tenant=st.sampled_from(TENANTS), weight=st.sampled_from([0.5, 1.0, 2.0, 4.0]),
               cap=st.sampled_from([0, 1, 2, 5, 10]))
         def configure(self, tenant: str, weight: float, cap: int) -> None:
-            store.set_tenants([TenantConfig(tenant, weight, cap)])
-            self.model.set_tenant(tenant, weight, cap)
+            old = self.conf.get(tenant, TenantConfig(tenant, 1.0, 10))
+            self._set(TenantConfig(tenant, weight, cap, rate=old.rate, burst=old.burst))
+
+        @rule(tenant=st.sampled_from(TENANTS), burst=st.sampled_from([None, 1, 2, 3]))
+        def rate_limit(self, tenant: str, burst: int | None) -> None:
+            old = self.conf.get(tenant, TenantConfig(tenant, 1.0, 10))
+            self._set(TenantConfig(tenant, old.weight, old.max_running,
+                                   rate=None if burst is None else 0.001, burst=burst))
+
+        def _set(self, c: TenantConfig) -> None:
+            self.conf[c.tenant] = c
+            store.set_tenants([c])
+            self.model.set_tenant(c.tenant, c.weight, c.max_running, c.rate, c.burst, now=NOW)
 
         @invariant()
         def tenant_state_matches(self) -> None:

@@ -20,7 +20,8 @@ from fairq import migrate
 from fairq.config import sqlalchemy_url
 from fairq.schema import JOBS_STORAGE, build_metadata
 
-TABLES = {"alembic_version", "jobs", "periodic", "settings", "tenant_schedule", "tenants"}
+TABLES = {"alembic_version", "jobs", "periodic", "settings", "tenant_schedule", "tenants",
+          "tenant_groups", "group_schedule"}
 BAD_SCHEMAS = ['a"b', "Robert'); DROP TABLE jobs; --", "UPPER", "1abc", "x" * 64, "a b", "é"]
 
 

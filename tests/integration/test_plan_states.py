@@ -175,7 +175,8 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 # -- plans ----------------------------------------------------------------------------------
 # The engine's functions (fairq/sql/ddl/engine_v*.sql) are found in the database itself: a
 # statement auto_explain reports from inside one is labelled "function: its first words".
-ENGINE_FUNCTIONS = ("queue_vtime", "claim_share", "claim_head", "claim_settle")
+ENGINE_FUNCTIONS = ("queue_vtime", "claim_share", "claim_head", "claim_settle", "eff_weight",
+                    "claim_terms", "groups_due")
 FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  f"(SELECT count(*) FROM {SCHEMA}.claim_head(%(queue)s, 3)) AS head")
 END_MARK = "SELECT 'plan-states: end of case'"

@@ -94,7 +94,8 @@ def flowing(dsn: str, tmp_path: Path) -> Iterator[list[str]]:
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
     app = App(dsn, pool_size=2)
     for tenant, weight in TENANTS.items():
-        app.tenants.set(tenant, weight=weight, max_running=4)
+        app.tenants.set(tenant, weight=weight, max_running=4,
+                        rate=1000.0 if tenant == "acme" else None)  # the rate panels' series
     producer = PrometheusObserver(max_tenants=50)  # producers can export their enqueues too
     producer_server = producer.serve(0, "127.0.0.1")
     stop_producing = threading.Event()

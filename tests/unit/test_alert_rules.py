@@ -25,7 +25,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_check_rules() -> None:
     res = promtool("check", "rules", "alerts.yml")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "SUCCESS: 4 rules found" in res.stdout
+    assert "SUCCESS: 5 rules found" in res.stdout
 
 
 def test_rule_unit_tests() -> None:

@@ -56,6 +56,11 @@ GAUGES = {
     "fairq_claim_replan_ratio",
     "fairq_jobs_last_autovacuum_timestamp_seconds",
     "fairq_tenant_delayed_jobs",
+    "fairq_tenant_rate_limit",
+    "fairq_tenant_rate_tokens",
+    "fairq_tenant_throttled",
+    "fairq_group_claim_share",
+    "fairq_group_weight_share",
 }
 METRICS = COUNTERS | HISTOGRAMS | GAUGES
 SERIES_NAMES = (
@@ -201,8 +206,19 @@ class SyntheticFairq:
                 ("fairq_jobs_dead_tuples", []),
                 ("fairq_metrics_tenants_folded", []),
                 ("fairq_jobs_last_autovacuum_timestamp_seconds", []),
+                ("fairq_tenant_rate_limit", qt),
+                ("fairq_tenant_rate_tokens", qt),
+                ("fairq_tenant_throttled", qt),
+                ("fairq_group_claim_share", ["queue", "group"]),
+                ("fairq_group_weight_share", ["queue", "group"]),
             ]
         }
+        g["fairq_tenant_rate_limit"].labels("default", "acme").set(5.0)
+        g["fairq_tenant_rate_tokens"].labels("default", "acme").set(0.2)
+        g["fairq_tenant_throttled"].labels("default", "acme").set(1)
+        for group, (claims, weight) in {"enterprise": (0.5, 0.75), "pro": (0.5, 0.25)}.items():
+            g["fairq_group_claim_share"].labels("default", group).set(claims)
+            g["fairq_group_weight_share"].labels("default", group).set(weight)
         for i, (tenant, (weight, cap)) in enumerate(TENANTS.items()):
             g["fairq_tenant_weight"].labels(tenant).set(weight)
             g["fairq_tenant_max_running"].labels(tenant).set(cap)
@@ -276,7 +292,7 @@ def prom(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     )
     request.addfinalizer(p.stop)
     p.wait_scraped(samples=3)  # rate() and deriv() need two; three leaves a margin
-    p.wait_for("count(ALERTS) >= 4", timeout=60)  # every rule has been evaluated (pending)
+    p.wait_for("count(ALERTS) >= 5", timeout=60)  # every rule has been evaluated (pending)
     print(f"prometheus ready with data in {time.monotonic() - started:.1f}s")
     return p
 
@@ -302,7 +318,8 @@ def test_alert_exprs_return_data(prom: Prometheus) -> None:
     assert (
         set(loaded)
         == set(exprs)
-        == {"TenantStarving", "FairnessIndexLow", "ClaimsMostlyEmpty", "DeadTuplesGrowing"}
+        == {"TenantStarving", "FairnessIndexLow", "ClaimsMostlyEmpty", "DeadTuplesGrowing",
+            "GroupShareErrorHigh"}
     )
     assert all(r["health"] == "ok" for r in loaded.values()), loaded
     failures = []

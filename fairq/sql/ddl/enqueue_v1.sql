@@ -166,16 +166,19 @@ BEGIN
             SELECT ins.queue, ins.tenant, min(ins.run_at) AS first_run FROM ins GROUP BY 1, 2
         ),
         defaults AS (
-            SELECT (s.value->>'weight')::float8 AS weight, (s.value->>'max_running')::int AS max_running
+            SELECT (s.value->>'weight')::float8 AS weight, (s.value->>'max_running')::int AS max_running,
+                   (s.value->>'rate')::float8 AS rate, (s.value->>'burst')::int AS burst
             FROM {schema}.settings s WHERE s.key = 'tenant_defaults'
         ),
         new_tenants AS (
             INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime,
-                                                       active, wake_at)
+                                                       active, wake_at, rate, burst, tenant_group)
             SELECT p.queue, p.tenant, coalesce(t.weight, d.weight, 1.0),
                    coalesce(t.max_running, d.max_running, 10),
                    {schema}.queue_vtime(p.queue), p.first_run <= now(),
-                   CASE WHEN p.first_run > now() THEN p.first_run END
+                   CASE WHEN p.first_run > now() THEN p.first_run END,
+                   CASE WHEN t.tenant IS NOT NULL THEN t.rate ELSE d.rate END,
+                   CASE WHEN t.tenant IS NOT NULL THEN t.burst ELSE d.burst END, t.tenant_group
             FROM per_tenant p
             LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
             LEFT JOIN defaults d ON true
