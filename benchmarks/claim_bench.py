@@ -1,4 +1,4 @@
-"""Fair claim throughput against fifo, in the same run, same batch size, same claimers (issue 4).
+"""Fair claim throughput against fifo, in the same run, same batch size, same claimers.
 
     python benchmarks/claim_bench.py [--quick] [--private-cluster] [--dsn URL] [--json FILE]
 

@@ -1,4 +1,4 @@
-"""No-op drain and bulk enqueue: fairq worker processes against PgQueuer, in one run (issue 3).
+"""No-op drain and bulk enqueue: fairq worker processes against PgQueuer, in one run.
 
     .venv/bin/python benchmarks/drain_vs_peers.py [--jobs 20000] [--repeats 2] [--policies fifo,weighted]
 

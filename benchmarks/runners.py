@@ -1,7 +1,7 @@
 """Run one scenario under one policy against a scratch schema and record what happened.
 
 Two runners share the same measurements (``RunData``): fairq's policies run real ``Worker``
-threads (each with its own pool, claiming concurrently); the article's round robin runs
+threads (each with its own pool, claiming concurrently); the lab's round robin runs
 ``lab/rr.sql`` exactly as written on its own schema (``lab/schema.sql``), one connection per
 slot, because that statement claims and finishes one job per call. A side thread samples lock
 waits from ``pg_stat_activity``/``pg_locks`` and, about once a second, the claim statement's
@@ -56,7 +56,7 @@ SQL = _statements()
 
 
 def rr_statement() -> str:
-    """The article's statement, byte for byte as written in ``lab/rr.sql``."""
+    """The lab's round-robin statement, byte for byte as written in ``lab/rr.sql``."""
     return (LAB / "rr.sql").read_text()
 
 
@@ -332,7 +332,7 @@ def run_fairq(dsn: str, sc: Scenario, policy_name: str, deadline_s: float,
         drop_schema(dsn, schema)
 
 
-# -- the article's round robin ----------------------------------------------------------------------
+# -- the lab's round robin (lab/rr.sql) -----------------------------------------------------------------
 def _tenant_ids(sc: Scenario) -> dict[str, int]:
     names = sorted(sc.tenant_names())
     return {name: i + 1 for i, name in enumerate(names)}

@@ -2,7 +2,7 @@
 
 Every scenario is deterministic (seeded), so runs under different policies see the same jobs.
 ``quick`` sizes keep ``fairq bench --quick`` under two minutes on a small machine; ``full``
-sizes are the go-live checklist of seed 004 (R28).
+sizes are a go-live checklist.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def many_tenants(n_tenants: int, per_tenant: int = 2) -> Scenario:
 
 
 def hot_tenant(n_jobs: int, workers: int = 6, slots: int = 4) -> Scenario:
-    """R27's hot spot: every worker contends for one tenant's row (its cap raised out of the way)."""
+    """the hot spot: every worker contends for one tenant's row (its cap raised out of the way)."""
     return Scenario("hot_tenant", f"1 tenant x {n_jobs:,} jobs, {workers} workers x {slots} slots",
                     tuple((BIG, 0.0, False) for _ in range(n_jobs)), workers=workers, slots=slots,
                     caps={BIG: 100_000})

@@ -208,7 +208,7 @@ class App:
 
     ``dsn`` defaults to ``$FAIRQ_DATABASE_URL`` and then to the embedded PostgreSQL;
     ``listen_dsn`` is the direct connection for LISTEN when ``dsn`` goes through a
-    transaction-mode pooler (R11); set ``pooler=True`` then, so timeouts are set per
+    transaction-mode pooler; set ``pooler=True`` then, so timeouts are set per
     transaction instead of per session.
     """
 

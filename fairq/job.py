@@ -18,7 +18,7 @@ class Job:
     """One claimed attempt of a job.
 
     ``attempt`` is the claim's attempt number; it fences every write about this attempt, so a
-    worker whose lease expired and whose job was re-claimed elsewhere changes nothing (R7).
+    worker whose lease expired and whose job was re-claimed elsewhere changes nothing.
     """
 
     id: int
@@ -52,7 +52,7 @@ class Job:
         return self.attempt
 
     def extend_lease(self, seconds: float | None = None) -> None:
-        """Push the lease ``seconds`` (default: the job's lease) from now (R10), at most
+        """Push the lease ``seconds`` (default: the job's lease) from now, at most
         ``fairq.validation.MAX_LEASE_SECONDS`` (``InvalidInput`` beyond it, nothing written).
 
         Raises ``fairq.LeaseLost`` when the fenced update touches no row: the job was reaped,

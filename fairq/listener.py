@@ -1,9 +1,9 @@
-"""LISTEN/NOTIFY wake-ups on a dedicated direct connection, in its own thread (R11).
+"""LISTEN/NOTIFY wake-ups on a dedicated direct connection, in its own thread.
 
 The enqueue statement notifies the schema's channel with the queue name at commit. The
 listener turns those into calls of ``on_wake(queues)``; the worker then claims at once instead
 of waiting for its fallback poll. Waiting for a notification sends nothing to the server, so an
-idle worker's query rate stays bounded by its poll interval (R12). LISTEN needs a session, so
+idle worker's query rate stays bounded by its poll interval. LISTEN needs a session, so
 this connection must not go through a transaction-mode pooler: it uses ``App.listen_dsn``.
 Notifications sent while we were disconnected are lost; after every (re)connect the listener
 reports all queues so the worker claims once, and the worker's fallback poll covers the rest.

@@ -43,7 +43,7 @@ class Service(Protocol):
 
 @dataclass
 class Reaper:
-    """Expired leases back to the queue, or failed at max_attempts (R9, R19)."""
+    """Expired leases back to the queue, or failed at max_attempts."""
 
     store: Store
     interval: float = 5.0
@@ -114,7 +114,7 @@ class VtimeRebase:
 
 @dataclass
 class Pruner:
-    """Deletes finished jobs older than ``max_age`` seconds, in batches (R13)."""
+    """Deletes finished jobs older than ``max_age`` seconds, in batches."""
 
     store: Store
     max_age: float
@@ -130,7 +130,7 @@ class Pruner:
 
 @dataclass
 class ScheduleVacuum:
-    """Keeps ``tenant_schedule``'s indexes short between autovacuum runs (R21).
+    """Keeps ``tenant_schedule``'s indexes short between autovacuum runs.
 
     Every claim moves its tenants' virtual time and every finish their running count, both
     indexed, so each leaves index entries dead. A fair claim starts at the front of the

@@ -1,7 +1,7 @@
 """Worker metrics for Prometheus with a bounded ``tenant`` label; the /metrics + /healthz server.
 
 Why a custom collector instead of prometheus-client's Counter/Histogram with labels: the tenant
-label must stay bounded (CONTRACT: top ``FAIRQ_METRICS_MAX_TENANTS`` tenants, the rest folded into
+label must stay bounded (docs/metrics.md: top ``FAIRQ_METRICS_MAX_TENANTS`` tenants, the rest folded into
 ``tenant="__other__"``) and a tenant that drops out of the top set must lose its series. The
 observer therefore keeps its own table of accumulators keyed by the *rendered* label values and
 re-ranks tenants periodically:
@@ -160,7 +160,7 @@ class TenantFold:
 
 
 class PrometheusObserver:
-    """A ``fairq.observe.WorkerObserver`` exporting CONTRACT's worker metrics.
+    """A ``fairq.observe.WorkerObserver`` exporting the worker metrics of docs/metrics.md.
 
     ``registry=None`` makes a fresh registry with the process/platform/GC collectors, so several
     observers (tests, benchmarks) never collide in prometheus-client's global registry.

@@ -97,7 +97,7 @@ class UndecodablePayload:
 
 @dataclass(frozen=True, slots=True)
 class ClaimedJob:
-    """A job a worker now holds a lease on; ``attempts`` fences every later write (R7)."""
+    """A job a worker now holds a lease on; ``attempts`` fences every later write."""
 
     id: int
     queue: str

@@ -1,4 +1,4 @@
-"""Where claim time goes on the server: planning vs execution of the claim statements (R26).
+"""Where claim time goes on the server: planning vs execution of the claim statements.
 
 Two sources, chosen when the probe first connects (and again after a reconnect):
 

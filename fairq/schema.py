@@ -32,7 +32,7 @@ from fairq.names import DEFAULT_SCHEMA, validate_schema_name
 STATUSES = ("queued", "running", "done", "failed", "cancelled")
 FINISHED_STATUSES = ("done", "failed", "cancelled")
 
-# Per-table autovacuum settings for the jobs table (R21): a queue table churns, so vacuum it
+# Per-table autovacuum settings for the jobs table: a queue table churns, so vacuum it
 # after 1% of its rows died instead of PostgreSQL's default 20%.
 JOBS_STORAGE = {
     "autovacuum_vacuum_scale_factor": "0.01",
@@ -135,7 +135,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         CheckConstraint("length(tenant) BETWEEN 1 AND 200", name="jobs_tenant_check"),
         CheckConstraint("length(queue) BETWEEN 1 AND 200", name="jobs_queue_check"),
         CheckConstraint("length(key) BETWEEN 1 AND 200", name="jobs_key_check"),
-        # The fair policies' claim: one tenant's ready jobs, in its own order (R2, R25).
+        # The fair policies' claim: one tenant's ready jobs, in its own order.
         Index(
             "jobs_tenant_ready_idx",
             "queue",
@@ -145,7 +145,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
             "id",
             postgresql_where=text("status = 'queued'"),
         ),
-        # The fifo policy's claim: the global order of ready jobs (R2, R18).
+        # The fifo policy's claim: the global order of ready jobs.
         # Its predicate says ``cost > 0`` (always true, jobs_cost_check) so that the per-tenant
         # pick, which does not say it, can never read a tenant's jobs through this index,
         # whatever the statistics (migration 0003).
@@ -157,7 +157,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
             "id",
             postgresql_where=text("status = 'queued' AND cost > 0"),
         ),
-        # The reaper: running jobs by lease expiry (R9). Rows holding a lease (only running jobs
+        # The reaper: running jobs by lease expiry. Rows holding a lease (only running jobs
         # do), not "status = 'running'": the finishes check that, and the planner then read every
         # running job through this index for a finish of ten whenever the statistics said few
         # were running (migration 0002).
@@ -166,7 +166,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         # ON CONFLICT names this predicate.
         Index("jobs_key_idx", "task", "key", unique=True,
               postgresql_where=text("key IS NOT NULL AND status IN ('queued', 'running')")),
-        # The pruner: finished jobs by age (R13).
+        # The pruner: finished jobs by age.
         Index(
             "jobs_finished_idx",
             "finished_at",

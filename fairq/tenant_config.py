@@ -1,4 +1,4 @@
-"""The tenant TOML file (CONTRACT): parse and validate the whole file before anything is written."""
+"""The tenant TOML file : parse and validate the whole file before anything is written."""
 
 from __future__ import annotations
 

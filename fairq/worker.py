@@ -3,7 +3,7 @@
 One control thread (the caller of ``run()``) claims no more jobs than there are free slots,
 heartbeats leases and runs maintenance. A finisher thread writes completed jobs in batches on
 its own connection, so a finish overlaps the next claim instead of delaying it: with short
-jobs the loop's round trips are then claims only. Handlers run outside any transaction (R6):
+jobs the loop's round trips are then claims only. Handlers run outside any transaction:
 sync ones on slot threads, ``async def`` ones on one event-loop thread. A crash between a
 handler's return and its batched finish only makes the job run again after its lease
 expires, never lost.
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fairq.worker")
 
 MAX_ERROR_CHARS = 4000
-DEFAULT_MAX_BATCH = 10  # R5: up to 10 a round trip by default
+DEFAULT_MAX_BATCH = 10  # up to 10 a round trip by default
 # Finishes commit without waiting for the WAL flush (see Worker.finish_store). PostgreSQL
 # flushes such commits within 3 x wal_writer_delay (600 ms by default); after a lost connection
 # the worker writes the finishes of this many seconds again (fenced, so a no-op where they
@@ -138,7 +138,7 @@ class WorkerStats:
 class Worker:
     """Runs an app's tasks; see ``App.worker``. ``run()`` blocks until stopped (or drained).
 
-    Wake-ups and serverless databases (R11, R12): a busy worker claims as slots free up; an
+    Wake-ups and serverless databases: a busy worker claims as slots free up; an
     idle one sleeps until a NOTIFY for one of its queues or its ``poll_interval``, and runs its
     maintenance (reaper, wakers, pruner) only on those polls, so it never queries the database
     more often than ``poll_interval``. A long interval lets a serverless database sleep, at the

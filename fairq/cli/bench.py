@@ -37,8 +37,8 @@ def _suite() -> Any | None:
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "bench", parents=[common], help="benchmark fifo, the article's round robin, fairq's "
-        "policies and peer queues side by side",
+        "bench", parents=[common], help="benchmark fifo, the lab's round robin "
+        "(benchmarks/lab/rr.sql), fairq's policies and peer queues side by side",
         description="Runs every scenario (noisy neighbour and 100x, Zipf over 1,000 tenants, "
         "100,000 tenants, a hot tenant, caps, weighted tiers with steady arrivals, delayed jobs "
         "and retries) under fifo, rr_article, round_robin, weighted and drr, then PgQueuer and "

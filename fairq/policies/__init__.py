@@ -1,4 +1,4 @@
-"""Scheduling policies, selected by name (CONTRACT): fifo, round_robin, weighted (default), drr."""
+"""Scheduling policies, selected by name : fifo, round_robin, weighted (default), drr."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROUND_ROBIN = Policy(
     statement="claim_fair",
     waits=True,
     params=(("by_weight", False), ("by_cost", False)),
-    description="each runnable tenant one job per turn, weights ignored (seed 004's fairness)",
+    description="each runnable tenant one job per turn, weights ignored",
 )
 WEIGHTED = Policy(
     name="weighted",

@@ -1,6 +1,6 @@
 -- Job lifecycle statements. {schema} is the quoted schema identifier; the rest are bound
 -- parameters. Every finish, failure and extend is fenced on (id, status = 'running', attempts):
--- a worker that lost its lease changes nothing (R7).
+-- a worker that lost its lease changes nothing.
 
 -- name: enqueue
 -- Insert a chunk of jobs in one round trip through the SQL enqueue (fairq/sql/ddl/
@@ -53,8 +53,8 @@ FROM done d;
 
 -- name: finish_failed
 -- Record failures: back to queued with exponential backoff (20 s, 40 s, 80 s ... capped at
--- 1 hour) or failed for good after max_attempts (R8). The retry waits in run_at, so it neither
--- blocks its tenant's other jobs nor pre-empts anyone (R27). The ids in %(final)s fail for good
+-- 1 hour) or failed for good after max_attempts. The retry waits in run_at, so it neither
+-- blocks its tenant's other jobs nor pre-empts anyone. The ids in %(final)s fail for good
 -- at once: a retry could only fail the same way (a payload that cannot be decoded).
 WITH input AS (
     SELECT i.*, i.id = ANY(%(final)s::bigint[]) AS final
@@ -98,7 +98,7 @@ SELECT f.id, f.queue, f.tenant, f.task, f.status,
 FROM failed f;
 
 -- name: extend_leases
--- Push the leases of our running jobs forward; returns the ids that are still ours (R10).
+-- Push the leases of our running jobs forward; returns the ids that are still ours.
 UPDATE {schema}.jobs j
 SET locked_until = now() + make_interval(secs => coalesce(%(seconds)s, j.lease_seconds))
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS i(id, attempts)
@@ -137,7 +137,7 @@ upd AS (
 SELECT r.id FROM released r;
 
 -- name: reap_expired
--- Return running jobs whose lease expired to the queue, or fail them at max_attempts (R9), and
+-- Return running jobs whose lease expired to the queue, or fail them at max_attempts, and
 -- give their tenants' slots back. SKIP LOCKED: a worker finishing one of them right now wins.
 WITH expired AS MATERIALIZED (
     SELECT q.id FROM {schema}.jobs q
@@ -180,7 +180,7 @@ upd AS (
 SELECT r.id, r.queue, r.tenant, r.status FROM reaped r;
 
 -- name: cancel
--- queued -> cancelled; a running job is left to finish (CONTRACT).
+-- queued -> cancelled; a running job is left to finish.
 UPDATE {schema}.jobs SET status = 'cancelled', finished_at = now()
 WHERE id = %(id)s AND status = 'queued'
 RETURNING id;
@@ -192,7 +192,7 @@ SELECT id, queue, tenant, task, payload, status, priority, cost, run_at, attempt
 FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: prune_finished
--- Delete one batch of finished jobs older than max_age seconds (R13); call until it returns 0.
+-- Delete one batch of finished jobs older than max_age seconds; call until it returns 0.
 WITH old AS (
     SELECT id FROM {schema}.jobs
     WHERE status IN ('done', 'failed', 'cancelled')

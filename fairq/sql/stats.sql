@@ -2,7 +2,7 @@
 
 -- name: stats_timeouts
 -- The stats query scans the jobs table: bound it so it can never become a long transaction
--- (R20) on a big or busy queue.
+-- on a big or busy queue.
 -- It aggregates over whole tables, so it also gets the planner's defaults back: fairq's own
 -- sessions turn off seq scans, hash and merge joins for the short claim-path statements.
 SELECT set_config('statement_timeout', %(timeout_ms)s::text, true),

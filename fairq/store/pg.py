@@ -1,7 +1,7 @@
 """PostgreSQL store: runs fairq's named statements through a psycopg connection pool.
 
 Every method is one short transaction (autocommit, or the caller's own transaction for
-enqueue), so no transaction stays open while a handler runs (R6). Every statement runs under
+enqueue), so no transaction stays open while a handler runs. Every statement runs under
 ``lock_timeout`` and ``statement_timeout`` so one stuck session cannot stall every worker.
 
 On a direct connection the timeouts are session settings given at connect time, so a claim or a
@@ -132,14 +132,14 @@ def enqueue_params(jobs: NewJobColumns) -> dict[str, Any]:
 
 
 def channel_for(schema: str) -> str:
-    """The LISTEN/NOTIFY channel of a schema: wake-ups carry the queue name only (R11)."""
+    """The LISTEN/NOTIFY channel of a schema: wake-ups carry the queue name only."""
     return f"fairq_{schema}"
 
 
 def connection_for(obj: Any) -> psycopg.Connection[Any]:
     """The psycopg connection behind a psycopg, SQLAlchemy Connection or SQLAlchemy Session.
 
-    Writing through it makes the job commit or roll back with the caller's transaction (R14).
+    Writing through it makes the job commit or roll back with the caller's transaction.
     """
     if isinstance(obj, psycopg.Connection):
         return obj

@@ -1,4 +1,4 @@
-"""EXPLAIN guards on every claim statement (issue 4, property 7; R26): the claim is an index scan
+"""EXPLAIN guards on every claim statement (property 7 of docs/algorithm.md): the claim is an index scan
 that a Limit stops after its batch, and what it touches does not grow with the number of
 tenants or of finished jobs.
 

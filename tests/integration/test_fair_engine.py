@@ -1,4 +1,4 @@
-"""The fair engine against the real PostgreSQL: the seven properties of issue 4."""
+"""The fair engine against the real PostgreSQL: the properties of docs/algorithm.md ("Invariants")."""
 
 from __future__ import annotations
 

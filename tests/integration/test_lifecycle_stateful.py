@@ -86,7 +86,7 @@ def make_machine(dsn: str) -> type[RuleBasedStateMachine]:
             m = self.model[job_id]
             done = self.store.finish_done([(job_id, m.attempts - 1 if stale else m.attempts)])
             if stale:
-                assert done == []  # a lost lease changes nothing (R7)
+                assert done == []  # a lost lease changes nothing
             else:
                 assert [f.id for f in done] == [job_id]
                 m.status = "done"

@@ -1,4 +1,4 @@
-"""Least privilege (issue 7, docs/roles.md): on a private cluster, an owner migrates and applies
+"""Least privilege: on a private cluster, an owner migrates and applies
 ``fairq roles --apply``; then each part runs as its own role with only those grants (producers
 enqueue, workers claim and finish, the monitor reads stats and metrics) and each role is shown
 what it cannot do."""

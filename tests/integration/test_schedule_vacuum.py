@@ -1,4 +1,4 @@
-"""The worker's VACUUM of tenant_schedule: keeps the hot scheduler table small (R21)."""
+"""The worker's VACUUM of tenant_schedule: keeps the hot scheduler table small."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chaos soak (issue 7): several worker processes over many capped tenants while one of them is
+"""Chaos soak: several worker processes over many capped tenants while one of them is
 killed with SIGKILL at random intervals and restarted. Sampled throughout, no tenant ever has
 more running jobs than its cap; at the end every job is done, attempts <= max_attempts, no
 running slot is leaked, and no attempt ran twice.

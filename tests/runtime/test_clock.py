@@ -1,4 +1,4 @@
-"""Leases and run_at use the database clock only (issue 7): a worker process whose wall clock is an
+"""Leases and run_at use the database clock only: a worker process whose wall clock is an
 hour fast or slow behaves exactly like one with the right clock. The skew is real for the whole
 process (``time.time`` and ``datetime.now`` are moved before fairq is imported, see
 tests/support/fault_worker.py); the assertions are the same for every skew."""

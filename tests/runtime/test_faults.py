@@ -1,4 +1,4 @@
-"""Faults (issue 7): the server restarts under running worker processes, connections (LISTEN's
+"""Faults: the server restarts under running worker processes, connections (LISTEN's
 included) are terminated, one session locks the jobs table, and handlers misbehave. After each,
 every job ends exactly once in ``done`` (or in the state its own handler earned), no running slot
 is leaked, and the workers are still alive.

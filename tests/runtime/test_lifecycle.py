@@ -1,5 +1,5 @@
-"""Job lifecycle against the real PostgreSQL: exactly-once claims (R3), backoff (R8), the reaper
-(R9), maintenance leadership, and worker processes killed or stopped by signals."""
+"""Job lifecycle against the real PostgreSQL: exactly-once claims, backoff, the reaper
+, maintenance leadership, and worker processes killed or stopped by signals."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def sql(dsn: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
         return cur.fetchall() if cur.description else []
 
 
-# -- R3: the naive claim double-claims; fairq's claims are exactly once --------------------------
+# -- the naive claim double-claims; fairq's claims are exactly once --------------------------
 NAIVE_CLAIM = """
 UPDATE fairq.jobs SET status = 'running', attempts = attempts + 1
 WHERE id = (SELECT id FROM fairq.jobs WHERE status = 'queued' ORDER BY id LIMIT 1)
@@ -129,7 +129,7 @@ def test_fairq_claim_exactly_once(app: fairq.App, dsn: str, policy: str) -> None
     assert sql(dsn, "SELECT sum(running) FROM fairq.tenant_schedule") == [(0,)]
 
 
-# -- R8: backoff schedule and max_attempts ------------------------------------------------------
+# -- backoff schedule and max_attempts ------------------------------------------------------
 def _make_due(dsn: str, job_id: int) -> float:
     """Seconds from now to the job's run_at; then make it due (time passes)."""
     (delay,) = sql(dsn, "SELECT extract(epoch FROM run_at - now())::float8 FROM fairq.jobs "
@@ -173,7 +173,7 @@ def test_explicit_retry_delay(app: fairq.App, store: Store, dsn: str) -> None:
     assert store.claim(FIFO, queue="default", batch=1, worker="w")[0].id == job_id
 
 
-# -- R9: the reaper honours max_attempts --------------------------------------------------------
+# -- the reaper honours max_attempts --------------------------------------------------------
 class ReapLog(NullObserver):
     def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []
@@ -375,4 +375,4 @@ def test_second_signal_exits_at_once(app: fairq.App, dsn: str, tmp_path: Path) -
             p.kill()
     assert p.returncode == 128 + signal.SIGTERM
     info = app.job(job_id)
-    assert info is not None and info.status == "running"  # its lease will expire; R9 returns it
+    assert info is not None and info.status == "running"  # its lease will expire; the reaper returns it

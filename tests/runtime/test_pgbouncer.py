@@ -1,4 +1,4 @@
-"""PgBouncer in transaction mode (issue 7): producers, claims, finishes and maintenance go through
+"""PgBouncer in transaction mode: producers, claims, finishes and maintenance go through
 the pooler; LISTEN uses its own direct connection (``App(dsn=pooler, listen_dsn=direct)``).
 Debian's pgbouncer is 1.18, which does not support protocol-level prepared statements in
 transaction mode (``max_prepared_statements`` arrived in 1.21), so fairq runs with

@@ -333,7 +333,7 @@ def test_no_idle_in_transaction_while_handler_runs(app: fairq.App, dsn: str) -> 
 
 
 def test_slow_worker_finish_changes_nothing(app: fairq.App, dsn: str, store: Any) -> None:
-    """R7: the lease expires, the reaper requeues, another worker re-claims; the slow
+    """the lease expires, the reaper requeues, another worker re-claims; the slow
     worker's finish then touches no row and is reported as lease_lost."""
     inside = threading.Event()
     release = threading.Event()

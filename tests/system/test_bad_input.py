@@ -1,4 +1,4 @@
-"""Bad input on every entry point (issue 7): the Python API, CLI arguments, the tenant TOML file
+"""Bad input on every entry point: the Python API, CLI arguments, the tenant TOML file
 and environment variables. Every invalid value is ``fairq.InvalidInput`` (Python) or exit code 2
 with one line (CLI), and nothing is written. Names are data: any Unicode up to 200 characters
 is stored and shown verbatim, and injection-shaped names are inert. Passwords never leak.

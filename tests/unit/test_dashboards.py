@@ -28,7 +28,7 @@ from support.prom import (  # tests/ is on sys.path (rootdir-relative, no __init
 
 ROOT = REPO
 
-# CONTRACT.md, "Prometheus metrics" (plus the two gauges the observability issue adds).
+# The metrics of docs/metrics.md.
 COUNTERS = {
     "fairq_jobs_enqueued_total",
     "fairq_jobs_claimed_total",
