@@ -38,11 +38,9 @@ reach AS MATERIALIZED (
     WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
     ORDER BY ts.vtime LIMIT 1
 ),
--- The share denominator: the weights of the first `batch` tenants of the walk that this claim
--- can lock (claim_share locks them, SKIP LOCKED; nothing on the `wait` run).
+-- The share denominator: the weights of the first `batch` tenants of the walk, read unlocked.
 share AS MATERIALIZED (
-    SELECT {schema}.claim_share(%(queue)s, (SELECT r.hi FROM reach r WHERE NOT %(wait)s),
-        %(batch)s, %(by_weight)s,
+    SELECT {schema}.claim_share(%(queue)s, (SELECT r.hi FROM reach r), %(batch)s, %(by_weight)s,
         array(SELECT sl.weight FROM sleepers sl WHERE sl.room > 0 ORDER BY sl.tenant)) AS total
 ),
 cand AS (

@@ -76,6 +76,9 @@ QUEUE, HELD, CAPPED = "default", "held", "capped"
 WHALE = "t000-whale"  # sorts before the other tenants: the walk (vtime, tenant) meets it first
 TENANTS = [f"t{i:03d}" for i in range(1, 101)]
 SLEEPERS = ("s1", "s2")
+# A sleeper whose only job was cancelled: woken by a claim that finds nothing to take from it,
+# so claim_settle's retirement of tenants it did not serve runs (served ones retire earlier).
+EMPTY_SLEEPER = "s3"
 IDLE = [f"idle{i:03d}" for i in range(200)]  # idle tenants: their only job is an hour away
 HELD_TENANTS = ("h1", "h2", "h3")
 CAPPED_TENANT = "c1"
@@ -108,6 +111,8 @@ def _enqueue_backlog(app: App, *, whale: int, per_tenant: int) -> None:
         app.enqueue_many("plan", [(t, {"k": k}) for k in range(per_tenant) for t in group],
                          cost=cost)
     app.enqueue_many("plan", [(t, None) for t in SLEEPERS], delay=SLEEP_SECONDS)
+    for job_id in app.enqueue_many("plan", [(EMPTY_SLEEPER, None)], delay=SLEEP_SECONDS):
+        app.cancel(job_id)
     app.enqueue_many("plan", [(t, None) for t in IDLE], delay=3600.0)
     app.enqueue_many("plan", [(t, None) for t in HELD_TENANTS for _ in range(2)], queue=HELD)
     app.enqueue_many("plan", [(CAPPED_TENANT, None)], queue=CAPPED)

@@ -106,16 +106,11 @@ BEGIN
 END
 $$;
 
--- As in engine_v1.sql, with the group's weight (eff_weight), and counting only the tenants
--- this claim can lock: they are locked here (FOR NO KEY UPDATE, SKIP LOCKED), as the walk
--- would lock them. A tenant another claim or a finish holds is skipped by the walk; counted in
--- the denominator, it shrank every other tenant's share and the claim came back short of its
--- batch (10 equal tenants, batch 8: 7.5 jobs a claim while finishes ran). `hi` is NULL on the
--- claim's `wait` run, which must hold nothing while it waits.
+-- As in engine_v1.sql, with the group's weight (eff_weight).
 CREATE OR REPLACE FUNCTION {schema}.claim_share(q text, hi float8, batch int, by_weight bool,
                                                 first float8[])
 RETURNS float8
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
     total float8 := 0;
     k int := 0;
@@ -132,7 +127,6 @@ BEGIN
             WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running AND ts.vtime <= hi
             ORDER BY ts.vtime, ts.tenant
             LIMIT batch - k
-            FOR NO KEY UPDATE OF ts SKIP LOCKED
         LOOP
             total := total + CASE WHEN by_weight THEN w ELSE 1.0 END;
         END LOOP;
