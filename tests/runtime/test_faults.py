@@ -129,8 +129,8 @@ def test_terminated_connections_relisten_and_poll_catches_missed_wakeups(tmp_pat
             #    hour, only a NOTIFY can bring the next job in.
             sql(dsn, f"ALTER ROLE {role} LOGIN")
             wait_for(lambda: listener.connected.is_set(), what="the listener to re-listen")
-            # Count the worker's polls (claim rounds over every queue): after the next one, the
-            # one after is an hour away, so the job below can only be found through its NOTIFY.
+            # Count the worker's polls (claim rounds over every queue): once the last 1 s poll
+            # passed, the next is an hour away, and a poll that found the job fails the test.
             polls = [0]
             claim_round = w._claim_round
 
@@ -141,8 +141,7 @@ def test_terminated_connections_relisten_and_poll_catches_missed_wakeups(tmp_pat
 
             w._claim_round = counting_round  # type: ignore[method-assign]
             w.poll_interval = 3600.0
-            seen = polls[0]
-            wait_for(lambda: polls[0] > seen, what="the last poll on the 1 s interval")
+            time.sleep(1.5)  # let the last 1 s poll pass, so the next one is an hour away
             seen = polls[0]
             woken = t.enqueue(tenant="woken")
             assert done.acquire(timeout=30), "no NOTIFY wake-up after the listener came back"

@@ -93,7 +93,7 @@ def test_migrate_sql_prints_sql_without_a_database(capsys: pytest.CaptureFixture
 
 
 def test_migrate_sql_honours_schema(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "migrate", "--sql", "--schema", "tenant_q2")
+    code, out, _ = run(capsys, "migrate", "--sql", "--from", "base", "--schema", "tenant_q2")
     assert code == 0 and "tenant_q2.jobs" in out
 
 
