@@ -67,12 +67,14 @@ class Listener:
                 with psycopg.connect(self.dsn, autocommit=True,
                                      application_name=self.application_name) as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-                    self.connected.set()
+                    # Anything sent while we were away is lost: ask for a poll, before saying
+                    # we listen, so that whoever waits for `connected` finds that poll asked for.
+                    self.on_wake(ALL_QUEUES)
                     if failures:
                         log.info("listener reconnected after %d failure(s)", failures)
                         self.reconnects += 1
                     failures = 0
-                    self.on_wake(ALL_QUEUES)  # anything sent while we were away is lost
+                    self.connected.set()
                     self._listen(conn)
             except psycopg.Error as e:
                 self.connected.clear()

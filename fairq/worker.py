@@ -528,6 +528,9 @@ class Worker:
             self._wake.clear()
             self.stats.loops += 1
             now = time.monotonic()
+            # Listening before this turn's poll: the poll the listener asked for on connecting
+            # is this one (or an earlier one), so once it is done the worker is ready.
+            listening = self._listener is None or self._listener.connected.is_set()
             with self._lock:
                 poll = self._poll_now or now >= next_poll or (until_empty and not self._inflight)
                 if self._tenant_wake is not None and now >= self._tenant_wake:
@@ -585,7 +588,7 @@ class Worker:
                 self._stopping.wait(delay)
                 continue
             if self.listen and not self.ready.is_set():
-                if self._listener is None or self._listener.connected.is_set():
+                if listening:
                     self.ready.set()
             elif not self.listen:
                 self.ready.set()
