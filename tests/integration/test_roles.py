@@ -331,7 +331,7 @@ def test_worker_role_runs_every_maintenance_statement(dsns: dict[str, str]) -> N
         store.wake_due_tenants()
         store.wake_stranded_tenants()
         assert store.rebase_vtime(threshold=0.0) >= 0
-        assert store.maintenance_due("h17-test", 0.0)
+        assert store.maintenance_due("roles-test", 0.0)
         store.vacuum_tenant_schedule()  # not the owner: PostgreSQL skips it with a warning
     finally:
         store.close()
