@@ -529,10 +529,15 @@ def tenant() -> Json:
     )
     L.add(
         "Throttled (waiting for a token)",
-        [(f"avg_over_time(fairq_tenant_throttled{{{QT}}}[$__range])", "{{queue}}")],
+        [
+            (f"sum by (queue) (rate(fairq_tenant_throttled_seconds_total{{{QT}}}[{RI}]))",
+             "share of time {{queue}}"),
+            (f"avg_over_time(fairq_tenant_throttled{{{QT}}}[$__range])", "asleep, range {{queue}}"),
+        ],
         unit="percentunit",
         w=12,
-        description="Share of the time range the tenant spent waiting for its next token.",
+        description="Share of the time the tenant had a due job but no token (its throttled "
+        "seconds per second), and the share of scrapes that found it asleep until its next token.",
     )
     return dashboard(
         "fairq-tenant",

@@ -261,6 +261,10 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("refilled_at", DateTime(timezone=True)),
         CheckConstraint(RATE_CHECK, name="tenant_schedule_rate_check"),
         Column("tenant_group", Text),
+        # Time spent throttled (engine_v3.sql): seconds with a due job and no whole token,
+        # credited when the interval that throttled_since opened ends.
+        Column("throttled_seconds", Float, nullable=False, server_default=text("0")),
+        Column("throttled_since", DateTime(timezone=True)),
         # The claim's tenant pick: runnable tenants in virtual-time order.
         Index(
             "tenant_schedule_runnable_idx",
@@ -294,6 +298,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     # The engine's functions (migration 0003); create_all gets them through this hook.
     event.listen(md, "after_create", DDL(engine_functions_ddl(schema)))  # type: ignore[no-untyped-call]
     event.listen(md, "after_create", DDL(engine_functions_ddl(schema, 2)))  # type: ignore[no-untyped-call]
+    event.listen(md, "after_create", DDL(engine_functions_ddl(schema, 3)))  # type: ignore[no-untyped-call]
     # The SQL enqueue (migration 0005), after the engine's functions it calls.
     event.listen(md, "after_create", DDL(enqueue_functions_ddl(schema)))  # type: ignore[no-untyped-call]
     return md

@@ -200,3 +200,17 @@ SELECT extract(epoch FROM ts.wake_at - now())::float8 AS seconds
 FROM {schema}.tenant_schedule ts
 WHERE ts.queue = %(queue)s AND NOT ts.active AND ts.wake_at IS NOT NULL
 ORDER BY ts.wake_at LIMIT 1;
+
+-- name: next_token
+-- Seconds until the earliest next token of a rate-limited tenant in these queues that has a due
+-- job and a free slot (not paused, not at its cap), NULL when there is none: such a job waits
+-- for time alone, so `run(until_empty=True)` sleeps until then instead of ending. 0 when a
+-- token is there already (it came while the claim ran). Read once, when a drain would end.
+SELECT greatest(0.0, extract(epoch FROM min({schema}.token_due(ts)) - now())::float8)
+       AS seconds
+FROM {schema}.tenant_schedule ts
+WHERE ts.queue = ANY(%(queues)s) AND ts.rate IS NOT NULL AND ts.running < ts.max_running
+  AND EXISTS (SELECT 1 FROM {schema}.jobs j
+              WHERE j.queue = ts.queue AND j.tenant = ts.tenant AND j.status = 'queued'
+                AND j.run_at <= now())
+HAVING count(*) > 0;

@@ -51,6 +51,7 @@ merged AS (
            coalesce(c.recent_claims, 0) AS recent_claims,
            c.oldest_due,
            ts.rate, {schema}.tenant_tokens(ts) AS tokens,
+           coalesce({schema}.throttled_total(ts), 0.0) AS throttled_seconds,
            coalesce(ts.tenant_group, t.tenant_group, 'default') AS tenant_group
     FROM counts c
     FULL JOIN {schema}.tenant_schedule ts ON ts.queue = c.queue AND ts.tenant = c.tenant
@@ -78,6 +79,6 @@ SELECT f.queue, f.tenant, f.due, f.delayed, f.running, f.max_running, f.weight, 
            / nullif(sum(f.eff) FILTER (WHERE f.active) OVER (PARTITION BY f.queue), 0) END
            AS weight_share,
        extract(epoch FROM now() - f.oldest_due)::float8 AS oldest_wait_seconds,
-       f.rate, f.tokens, f.tenant_group
+       f.rate, f.tokens, f.tenant_group, f.throttled_seconds
 FROM effective f
 ORDER BY f.queue, f.tenant;

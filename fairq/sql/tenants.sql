@@ -22,13 +22,19 @@ SET weight = excluded.weight, max_running = excluded.max_running, rate = exclude
 -- Copy one tenant's configuration onto its schedule rows: the next claim sees it. When the rate
 -- limit changes, the bucket is first refilled up to now under the old one (tokens earned stay
 -- earned, capped by the new burst), and a tenant asleep in the future is woken by the next claim,
--- which retires it again at the next token under the new rate if it must.
+-- which retires it again at the next token under the new rate if it must. Its open throttled
+-- interval is credited up to now under the old bucket, and goes on from now (under the new
+-- one) while that bucket had no token yet (engine_v3.sql).
 UPDATE {schema}.tenant_schedule ts
 SET weight = %(weight)s, max_running = %(max_running)s, rate = %(rate)s, burst = %(burst)s,
     tenant_group = %(group)s,
     tokens = CASE WHEN %(rate)s::float8 IS NOT NULL
                   THEN least(%(burst)s::int, {schema}.tenant_tokens(ts)) END,
     refilled_at = CASE WHEN %(rate)s::float8 IS NOT NULL AND ts.rate IS NOT NULL THEN now() END,
+    throttled_seconds = ts.throttled_seconds + {schema}.throttled_open(ts),
+    throttled_since = CASE WHEN ts.throttled_since IS NOT NULL AND %(rate)s::float8 IS NOT NULL
+                                AND {schema}.token_at(ts) > now()
+                           THEN greatest(now(), ts.throttled_since) END,
     wake_at = CASE WHEN NOT ts.active AND ts.wake_at > now()
                         AND (ts.rate IS DISTINCT FROM %(rate)s::float8
                              OR ts.burst IS DISTINCT FROM %(burst)s::int)
@@ -45,6 +51,10 @@ SET weight = %(weight)s, max_running = %(max_running)s, rate = %(rate)s, burst =
     tokens = CASE WHEN %(rate)s::float8 IS NOT NULL
                   THEN least(%(burst)s::int, {schema}.tenant_tokens(ts)) END,
     refilled_at = CASE WHEN %(rate)s::float8 IS NOT NULL AND ts.rate IS NOT NULL THEN now() END,
+    throttled_seconds = ts.throttled_seconds + {schema}.throttled_open(ts),
+    throttled_since = CASE WHEN ts.throttled_since IS NOT NULL AND %(rate)s::float8 IS NOT NULL
+                                AND {schema}.token_at(ts) > now()
+                           THEN greatest(now(), ts.throttled_since) END,
     wake_at = CASE WHEN NOT ts.active AND ts.wake_at > now()
                         AND (ts.rate IS DISTINCT FROM %(rate)s::float8
                              OR ts.burst IS DISTINCT FROM %(burst)s::int)

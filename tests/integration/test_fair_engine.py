@@ -359,3 +359,60 @@ def test_rebase_keeps_virtual_time_small_and_its_order(uncapped: Store, dsn: str
     (moved,), = sql_rows(dsn, "SELECT vtime FROM fairq.tenant_schedule WHERE tenant = 'heavy'")
     assert moved == 1 / 1000
     assert uncapped.rebase_vtime() == 0  # below the threshold: nothing to do
+
+
+def test_a_claim_retires_at_most_a_walks_worth_of_tenants_behind_its_stop(uncapped: Store,
+                                                                         dsn: str) -> None:
+    """claim_settle takes the runnable tenants before the walk's stop as walked past and
+    retires those without a due job. The stop is read from rows the walk locked, which a
+    concurrent claim may have moved on since the snapshot, so it can lie far past where the
+    walk was: the tenants taken as walked past are the first 1,000 (the walk's own bound),
+    not every tenant before it. 1,500 active tenants without a job, a stop past all of them:
+    1,000 are retired by this claim, the rest by the next."""
+    fill(uncapped, {f"t{i:04d}": 1 for i in range(1500)})
+    sql_rows(dsn, "UPDATE fairq.jobs SET status = 'cancelled'")  # active, nothing due
+    settle = ("SELECT fairq.claim_settle('default', false, 1e9::float8, 1e9::float8, 'zzzz', "
+              "'{}'::tid[], '{}'::text[], '{}'::int[], '{}'::float8[], '{}'::text[], "
+              "'{}'::tid[], '{}'::text[])")
+    assert sql_rows(dsn, settle) == [(1000,)]
+    assert sql_rows(dsn, "SELECT count(*) FROM fairq.tenant_schedule WHERE active") == [(500,)]
+    assert sql_rows(dsn, settle) == [(500,)]
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_the_wait_skips_a_tenant_whose_last_job_went_while_it_waited(uncapped: Store, dsn: str,
+                                                                    policy: str) -> None:
+    """Both tenants' rows are held, so the claim's first statement takes nothing and the second
+    waits for the first tenant with a due job, "a". The claim holding "a" takes its only job and
+    commits; "b" is free by then. The wait must go on to "b", not return "a" with nothing to
+    take (that claim came back empty while "b" had 20 jobs)."""
+    import psycopg
+
+    ids = fill(uncapped, {"a": 1, "b": 20})
+    holder_a = psycopg.connect(dsn)
+    holder_b = psycopg.connect(dsn)
+    try:
+        holder_b.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'b' "
+                         "FOR NO KEY UPDATE")
+        holder_a.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'a' "
+                         "FOR NO KEY UPDATE")
+        holder_a.execute("UPDATE fairq.jobs SET status = 'running', attempts = 1, "
+                         "started_at = now(), locked_until = now() + interval '1 hour' "
+                         "WHERE id = %s", (ids[0],))
+        got: list[list[str]] = []
+        claimer = threading.Thread(target=lambda: got.append([j.tenant for j in uncapped.claim(
+            get_policy(policy), queue="default", batch=1, worker="w")]))
+        claimer.start()
+        deadline = time.monotonic() + 30
+        # Waiting for "a"'s row: a backend of this database blocked on a lock.
+        while not sql_rows(dsn, "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND wait_event_type = 'Lock'"):
+            assert time.monotonic() < deadline, "the claim never waited for the held tenant"
+            time.sleep(0.01)
+        holder_b.commit()
+        holder_a.commit()
+        claimer.join(30)
+        assert got == [["b"]]
+    finally:
+        holder_a.close()
+        holder_b.close()

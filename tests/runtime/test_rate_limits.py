@@ -327,3 +327,96 @@ def test_the_exporter_shows_rate_limits_tokens_and_throttling(
         assert value("fairq_tenant_throttled", "acme") == 1
     finally:
         c.close()
+
+
+# -- time spent throttled ---------------------------------------------------------------------
+def throttled(dsn: str, tenant: str) -> tuple[float, float, Any]:
+    """(credited seconds, credited + the open interval, throttled_since) of one tenant."""
+    (r,) = sql_rows(dsn, "SELECT ts.throttled_seconds, fairq.throttled_total(ts), ts.throttled_since "
+                         "FROM fairq.tenant_schedule ts WHERE ts.queue = 'default' AND ts.tenant = %s",
+                    (tenant,))
+    return r[0], r[1], r[2]
+
+
+def test_a_throttled_tenant_accrues_the_time_it_waited_for_tokens(
+        app: fairq.App, dsn: str) -> None:
+    """acme (4/s, burst 1) with a backlog beside an unlimited tenant, through a worker: its
+    throttled seconds are the time between its starts (it always had a due job), less the
+    worker's lateness after each token, and never more; the unlimited tenant accrues none.
+    The exporter's counter and `fairq stats` show the same figure."""
+    from prometheus_client import CollectorRegistry
+
+    from fairq.exporter import DatabaseCollector
+    from fairq.stats import table_rows, tenant_stats
+
+    app.tenants.set("acme", rate=4.0, burst=1)
+    done = threading.Event()
+    count = [0]
+
+    @app.task(name="tick")
+    def tick(job: fairq.Job) -> None:
+        if job.tenant == "acme":
+            count[0] += 1
+            if count[0] == 13:
+                done.set()
+
+    app.enqueue_many("tick", [("acme", {})] * 13 + [("free", {})] * 40)
+    w = app.worker(policy="weighted", concurrency=2, poll_interval=5.0)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        assert done.wait(30), f"{count[0]} of 13 done"
+    finally:
+        w.stop()
+        t.join(30)
+    (span,) = sql_rows(dsn, "SELECT extract(epoch FROM max(started_at) - min(started_at))::float8 "
+                            "FROM fairq.jobs WHERE tenant = 'acme'")[0]
+    credited, total, since = throttled(dsn, "acme")
+    print(f"acme: 13 starts over {span:.3f} s, throttled {credited:.3f} s")
+    assert span >= 12 / 4.0 * 0.9                  # 12 tokens at 4/s after the first
+    assert 0.5 * span <= credited <= span + 0.001  # dry between starts, never outside them
+    assert since is None and total == credited     # no job left: no interval open
+    assert throttled(dsn, "free")[:2] == (0.0, 0.0)
+
+    c = DatabaseCollector(dsn, "fairq", max_tenants=50, interval=0, window=300)
+    try:
+        registry = CollectorRegistry()
+        registry.register(c)
+        sample = registry.get_sample_value
+        assert sample("fairq_tenant_throttled_seconds_total",
+                      {"queue": "default", "tenant": "acme"}) == pytest.approx(credited)
+        assert sample("fairq_tenant_throttled_seconds_total",
+                      {"queue": "default", "tenant": "free"}) == 0.0
+    finally:
+        c.close()
+    stats = {s.tenant: s for s in tenant_stats(app)}
+    assert stats["acme"].throttled_seconds == pytest.approx(credited)
+    assert stats["free"].throttled_seconds == 0.0
+    cells = dict(zip(("acme", "free"), table_rows([stats["acme"], stats["free"]]), strict=True))
+    assert cells["acme"][7] == f"{credited:.1f}s" and cells["free"][7] == "-"
+
+
+def test_throttled_time_ends_at_the_token_when_the_rate_changes_or_the_tenant_wakes_early(
+        app: fairq.App, store: Store, dsn: str) -> None:
+    """A tenant dry for ~100 s at 0.01/s: an enqueue that wakes it early keeps its interval
+    open from where it began; raising the rate credits only the time it waited, not the 100 s
+    the old rate would have made it wait; removing the limit ends the interval."""
+    app.tenants.set("acme", rate=0.01, burst=1, max_running=1000)
+    fill(store, {"acme": 50})
+    assert claim(store, 10) == ["acme"]
+    credited, total, since = throttled(dsn, "acme")
+    assert since is not None and credited == 0.0 and 0.0 <= total < 5.0
+    fill(store, {"acme": 1})                 # wakes it, still dry
+    assert row(dsn, "acme")["active"]
+    assert claim(store, 10) == [] and not row(dsn, "acme")["active"]   # retired dry again
+    assert throttled(dsn, "acme")[2] == since  # the same interval, from its start
+    app.tenants.set("acme", rate=1000.0, burst=1)
+    wait_until(lambda: row(dsn, "acme")["tokens"] >= 1)
+    assert claim(store, 1) == ["acme"]
+    credited, total, _ = throttled(dsn, "acme")
+    (elapsed,) = sql_rows(dsn, "SELECT extract(epoch FROM now() - %s::timestamptz)::float8",
+                          (since,))[0]
+    assert 0.0 < credited <= elapsed < 5.0  # not the ~100 s of the old rate
+    app.tenants.set("acme", rate=None)
+    assert throttled(dsn, "acme")[2] is None
+    assert throttled(dsn, "acme")[0] == pytest.approx(throttled(dsn, "acme")[1])

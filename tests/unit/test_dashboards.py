@@ -35,6 +35,7 @@ COUNTERS = {
     "fairq_jobs_finished_total",
     "fairq_leases_expired_total",
     "fairq_jobs_inserted_total",
+    "fairq_tenant_throttled_seconds_total",
 }
 HISTOGRAMS = {
     "fairq_job_wait_seconds",
@@ -184,6 +185,7 @@ class SyntheticFairq:
         self.finished = Counter("fairq_jobs_finished_total", "", qto, registry=reg)
         self.expired = Counter("fairq_leases_expired_total", "", ["queue"], registry=reg)
         self.inserted = Counter("fairq_jobs_inserted_total", "", [], registry=reg)
+        self.throttled = Counter("fairq_tenant_throttled_seconds_total", "", qt, registry=reg)
         self.wait = Histogram("fairq_job_wait_seconds", "", qt, registry=reg)
         self.run = Histogram("fairq_job_run_seconds", "", [*qt, "task"], registry=reg)
         self.claim = Histogram(
@@ -253,6 +255,7 @@ class SyntheticFairq:
         self.execution.labels("weighted").observe(0.0015)
         self.expired.labels("default").inc()
         self.inserted.inc(7)
+        self.throttled.labels("default", "acme").inc(0.8)
         self.dead_tuples.inc(5000)
 
     def serve(self) -> ThreadingHTTPServer:
