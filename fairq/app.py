@@ -21,8 +21,8 @@ from fairq.store import Store
 
 if TYPE_CHECKING:
     from fairq.periodic import Periodic
+    from fairq.runtime import Worker
     from fairq.store.aio import AsyncStore
-    from fairq.worker import Worker
 
 Handler = Callable[..., Any]
 
@@ -575,7 +575,12 @@ class App:
 
     # -- workers -------------------------------------------------------------------------
     def worker(self, **options: Any) -> Worker:
-        """A worker running this app's tasks (see ``fairq.worker.Worker`` for options)."""
-        from fairq.worker import Worker
+        """A worker running this app's tasks; ``options`` are ``fairq.runtime.WorkerSettings``
+        (concurrency, queues, policy, ...). The worker gets the pieces, not the app: this app's
+        connection settings, its tasks and its periodic schedules."""
+        from fairq.runtime import StoreFactory, Worker, WorkerSettings
 
-        return Worker(self, **options)
+        settings = WorkerSettings(**options)  # bad options fail here, before any connection
+        stores = StoreFactory(lambda: self.dsn, self.schema, listen_dsn=lambda: self.listen_dsn,
+                              prepare_threshold=self._prepare_threshold, pooler=self.pooler)
+        return Worker(stores, self.tasks, settings, periodics=self.periodics)

@@ -43,12 +43,13 @@ def sqlalchemy_url(dsn: str | None) -> str:
         from urllib.parse import quote
 
         return "postgresql+psycopg:///?" + "&".join(
-            f"{k}={quote(v)}" for k, v in _parse_kv(dsn).items()
+            f"{k}={quote(v)}" for k, v in dsn_fields(dsn).items()
         )
     raise InvalidInput(f"not a PostgreSQL URL or DSN: {redact(dsn)}")
 
 
-def _parse_kv(dsn: str) -> dict[str, str]:
+def dsn_fields(dsn: str) -> dict[str, str]:
+    """The fields of a libpq connection string (key=value or URL), parsed by libpq's rules."""
     from psycopg.conninfo import conninfo_to_dict
 
     return {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}

@@ -16,11 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-import psycopg
-from psycopg import sql as pgsql
-
 from fairq.app import App
 from fairq.job import Job
+from fairq.store.ops import drop_schema
 
 TASK = "fairq.demo.work"
 BIG = "tenant-1"
@@ -106,11 +104,6 @@ class Progress:
         self.out.flush()
 
 
-def _drop_schema(dsn: str, schema: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(pgsql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(pgsql.Identifier(schema)))
-
-
 def run_policy(dsn: str, policy: str, shape: Shape, out: IO[str],
                tick: float = 0.3, interval: float = 1.0) -> RunResult:
     """Enqueue the shape into a fresh scratch schema, drain it under ``policy``, drop the schema."""
@@ -177,7 +170,7 @@ def run_policy(dsn: str, policy: str, shape: Shape, out: IO[str],
         return result
     finally:
         app.close()
-        _drop_schema(dsn, schema)
+        drop_schema(dsn, schema)
 
 
 def summary_table(results: list[RunResult]) -> str:

@@ -33,15 +33,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from psycopg.rows import dict_row
 
-from fairq import sql
 from fairq.metrics import OTHER, MetricsServer, db_check, max_tenants_from_env, serve
 from fairq.policies.fairness import jain_index, max_share_error
 from fairq.signals import SignalRelay
+from fairq.store.monitor import MonitorSession
 
 log = logging.getLogger("fairq.exporter")
 
@@ -60,6 +58,7 @@ class TenantRow:
     rate: float | None = None      # jobs per second; None: no rate limit
     tokens: float | None = None    # its token bucket now
     throttled: bool = False        # asleep until its next token
+    throttled_seconds: float = 0.0  # time spent with a due job and no token, so far
     tenant_group: str = "default"
     group_weight: float = 1.0
 
@@ -145,7 +144,7 @@ class DatabaseCollector:
         self.max_tenants = max_tenants_from_env() if max_tenants is None else max_tenants
         self.interval, self.window = interval, window
         self.statement_timeout_ms = statement_timeout_ms
-        self._conn: psycopg.Connection[Any] | None = None
+        self._db = MonitorSession(dsn, schema, application_name="fairq-exporter")
         self._lock = threading.Lock()
         self._snapshots: deque[tuple[float, dict[tuple[str, str], int]]] = deque()
         self._cached: list[Metric] = []
@@ -155,28 +154,11 @@ class DatabaseCollector:
         self._duration = 0.0
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def _connect(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5,
-                                         application_name="fairq-exporter")
-        return self._conn
+        self._db.close()
 
     def _query(self) -> tuple[list[TenantRow], dict[str, int], dict[str, Any] | None]:
-        conn = self._connect()
-        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(sql.statement("metrics_timeouts", self.schema),
-                        {"statement_ms": str(self.statement_timeout_ms),
-                         "lock_ms": str(self.statement_timeout_ms)})
-            cur.execute(sql.statement("exporter_tenants", self.schema))
-            rows = [TenantRow(**r) for r in cur.fetchall()]
-            cur.execute(sql.statement("exporter_expired_leases", self.schema))
-            leases = {r["queue"]: int(r["expired"]) for r in cur.fetchall()}
-            cur.execute(sql.statement("exporter_jobs_table", self.schema), {"schema": self.schema})
-            table = cur.fetchone()
+        tenants, leases, table = self._db.exporter_snapshot(self.statement_timeout_ms)
+        rows = [TenantRow(**r) for r in tenants]
         return rows, leases, table
 
     def _window_claims(self, rows: Sequence[TenantRow], now: float) -> dict[tuple[str, str], float]:
@@ -199,8 +181,7 @@ class DatabaseCollector:
             self._errors += 1
             self._up = 0.0
             log.warning("exporter query failed: %s", exc)
-            if self._conn is not None and (self._conn.broken or not isinstance(exc, psycopg.Error)):
-                self.close()
+            self._db.recover(exc)
             return []
         self._up = 1.0
         claims = self._window_claims(rows, started)
@@ -217,6 +198,7 @@ class DatabaseCollector:
         running: dict[tuple[str, str], float] = {}
         delayed: dict[tuple[str, str], float] = {}
         oldest: dict[tuple[str, str], float] = {}
+        throttled: dict[tuple[str, str], float] = {}
         caps: dict[str, float] = {}
         weights: dict[str, float] = {}
         for r in rows:
@@ -226,6 +208,7 @@ class DatabaseCollector:
             running[key] = running.get(key, 0.0) + r.running
             delayed[key] = delayed.get(key, 0.0) + (r.queued - r.runnable)
             oldest[key] = max(oldest.get(key, 0.0), r.oldest_age)
+            throttled[key] = throttled.get(key, 0.0) + r.throttled_seconds
             if label != OTHER:
                 caps[r.tenant] = max(caps.get(r.tenant, 0.0), float(r.max_running))
                 weights[r.tenant] = max(weights.get(r.tenant, 0.0), r.weight)
@@ -242,8 +225,13 @@ class DatabaseCollector:
                                       "Queued jobs not due yet (run_at in the future: delayed "
                                       "or waiting to retry); due = queued - delayed.",
                                       labels=["queue", "tenant"])
+        c_throttled = CounterMetricFamily(
+            "fairq_tenant_throttled_seconds",
+            "Seconds the tenant had a due job but no token of its rate limit (docs/algorithm.md, "
+            "\"Time spent throttled\"); 0 without a limit.", labels=["queue", "tenant"])
         for key in sorted(queued):
             g_queued.add_metric(list(key), queued[key])
+            c_throttled.add_metric(list(key), throttled[key])
             g_delayed.add_metric(list(key), delayed[key])
             g_running.add_metric(list(key), running[key])
             g_oldest.add_metric(list(key), oldest[key])
@@ -281,8 +269,8 @@ class DatabaseCollector:
             "fairq_metrics_tenants_folded",
             f"Tenants folded into tenant=\"__other__\" (top {self.max_tenants} kept).",
             value=float(len(folded)))
-        out: list[Metric] = [g_queued, g_delayed, g_running, g_oldest, g_cap, g_weight, g_jain, g_err,
-                             g_leases, g_folded, *self._rate_families(rows, kept, kept_queues),
+        out: list[Metric] = [g_queued, g_delayed, g_running, g_oldest, c_throttled, g_cap, g_weight,
+                             g_jain, g_err, g_leases, g_folded, *self._rate_families(rows, kept, kept_queues),
                              *self._group_families(rows, claims, kept_queues)]
         if table is not None:
             last = max(table["last_autovacuum"] or 0.0, table["last_vacuum"] or 0.0)

@@ -16,8 +16,8 @@ import random
 import threading
 from collections.abc import Callable, Collection
 
-import psycopg
-from psycopg import sql
+from fairq.store.errors import DatabaseError
+from fairq.store.listen import Notifications
 
 log = logging.getLogger("fairq.listener")
 
@@ -49,7 +49,6 @@ class Listener:
         self.reconnects = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="fairq-listener", daemon=True)
@@ -64,9 +63,8 @@ class Listener:
         failures = 0
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self.dsn, autocommit=True,
-                                     application_name=self.application_name) as conn:
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                with Notifications(self.dsn, self.channel,
+                                   application_name=self.application_name) as conn:
                     # Anything sent while we were away is lost: ask for a poll, before saying
                     # we listen, so that whoever waits for `connected` finds that poll asked for.
                     self.on_wake(ALL_QUEUES)
@@ -76,7 +74,7 @@ class Listener:
                     failures = 0
                     self.connected.set()
                     self._listen(conn)
-            except psycopg.Error as e:
+            except DatabaseError as e:
                 self.connected.clear()
                 if self._stop.is_set():
                     return
@@ -89,12 +87,12 @@ class Listener:
             finally:
                 self.connected.clear()
 
-    def _listen(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    def _listen(self, conn: Notifications) -> None:
         while not self._stop.is_set():
             # A client-side wait on the socket: nothing is sent to the server. Each note is
             # passed on as it arrives; the timeout only bounds how late stop() is seen.
-            for note in conn.notifies(timeout=self.check_interval):
-                if not self.queues or note.payload in self.queues:
-                    self.on_wake(frozenset((note.payload,)))
+            for queue in conn.payloads(timeout=self.check_interval):
+                if not self.queues or queue in self.queues:
+                    self.on_wake(frozenset((queue,)))
                 if self._stop.is_set():
                     return

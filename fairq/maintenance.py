@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-import psycopg
-
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.periodic import Periodic, latest_tick, next_tick
 from fairq.store import Store
+from fairq.store.errors import InsufficientPrivilege
 
 log = logging.getLogger("fairq.maintenance")
 
@@ -159,7 +158,7 @@ class ScheduleVacuum:
         try:
             self.store.vacuum_tenant_schedule()
             self.vacuums += 1
-        except psycopg.errors.InsufficientPrivilege:
+        except InsufficientPrivilege:
             self.disabled = True
             log.warning("cannot VACUUM tenant_schedule (not its owner): leaving it to autovacuum")
         return 0
@@ -195,7 +194,7 @@ class PeriodicScheduler:
             return 0
         try:
             return self._run()
-        except psycopg.errors.InsufficientPrivilege as exc:
+        except InsufficientPrivilege as exc:
             self.disabled = True
             log.warning("periodic schedules disabled in this worker: its role may not enqueue "
                         "(%s); grant it the producer's grants and the periodic table's (docs/"

@@ -8,6 +8,7 @@ the cron expression is evaluated in UTC, with an optional leading seconds field.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from fairq.errors import InvalidInput
 from fairq.models import NewJob
 
 if TYPE_CHECKING:
-    from fairq.app import App
+    from fairq.store import Store
 
 
 def cron(expr: Any) -> str:
@@ -87,13 +88,14 @@ def check_key(name: str, tenant: str) -> tuple[str, str]:
     return v.name("periodic name", name), v.name("tenant", tenant)
 
 
-def describe(app: App) -> list[ScheduleInfo]:
-    """The app's schedules with their state (last tick and job, next tick, on the database
-    clock), then the periodic table's rows this app does not declare."""
-    now, rows = app.store.periodic_list()
+def describe(store: Store, periodics: Mapping[tuple[str, str], Periodic]
+             ) -> list[ScheduleInfo]:
+    """An app's schedules (``App.periodics``) with their state (last tick and job, next tick,
+    on the database clock), then the periodic table's rows the app does not declare."""
+    now, rows = store.periodic_list()
     state = {(r["name"], r["tenant"]): r for r in rows}
     shown = []
-    for key, s in sorted(app.periodics.items()):
+    for key, s in sorted(periodics.items()):
         row = state.pop(key, None)
         last = row["last_tick"] if row else None
         shown.append(ScheduleInfo(s.name, s.tenant, s.task, s.cron, s.job.queue, last,

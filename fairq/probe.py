@@ -22,25 +22,22 @@ claimers step around them), which is why it is rate-limited and time-limited.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import psycopg
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
-from psycopg import sql as pgsql
 
 from fairq import sql
 from fairq.metrics import Hist
 from fairq.policies import Policy, get_policy
+from fairq.store.monitor import PARAM_TYPES, MonitorSession, statement_prefix, to_prepare
 
 log = logging.getLogger("fairq.probe")
 
@@ -50,30 +47,6 @@ PLAN_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.
                 0.25, 0.5, 1.0)
 EXEC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                 1.0, 2.5, 5.0)
-# PostgreSQL types of the claim statements' parameters, for PREPARE.
-PARAM_TYPES = {"queue": "text", "worker": "text", "batch": "int4", "window": "float8", "wait": "bool",
-               "by_weight": "bool", "by_cost": "bool"}
-_PARAM = re.compile(r"%\((\w+)\)s")
-
-
-def statement_prefix(name: str, schema: str) -> str:
-    """The text of a named statement up to its first parameter: what pg_stat_statements keeps."""
-    text = sql.statement(name, schema)
-    m = _PARAM.search(text)
-    return text[: m.start()] if m else text
-
-
-def to_prepare(name: str, schema: str) -> tuple[str, list[str]]:
-    """The statement with ``$n`` placeholders, and the parameter names in ``$n`` order."""
-    order: list[str] = []
-
-    def repl(m: re.Match[str]) -> str:
-        if m.group(1) not in order:
-            order.append(m.group(1))
-        return f"${order.index(m.group(1)) + 1}"
-
-    text = _PARAM.sub(repl, sql.statement(name, schema)).replace("%%", "%")
-    return text, order
 
 
 @dataclass
@@ -105,7 +78,7 @@ class ClaimProbe:
         self.pgss_every = pgss_every
         self.source: str | None = None
         self.why = ""
-        self._conn: psycopg.Connection[Any] | None = None
+        self._db = MonitorSession(dsn, schema, application_name="fairq-probe")
         self._lock = threading.Lock()
         self._planning = {p.name: Hist(PLAN_BUCKETS) for p in self.policies}
         self._execution = {p.name: Hist(EXEC_BUCKETS) for p in self.policies}
@@ -114,7 +87,6 @@ class ClaimProbe:
         self._totals: dict[str, _Totals] = {}
         self._last_pgss = -1e18
         self._last_sample: dict[str, float] = {}
-        self._prepared: set[str] = set()
 
     # -- which policy label a statement's pg_stat_statements numbers go under ------------------
     def _owners(self) -> dict[str, str]:
@@ -130,67 +102,55 @@ class ClaimProbe:
         return owners
 
     # -- connection and source ----------------------------------------------------------------
-    def _connect(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5,
-                                         application_name="fairq-probe")
-            self._prepared.clear()
-            self.source, self.why = self._detect(self._conn)
-        return self._conn
+    def _connect(self) -> None:
+        """Connect if needed; a new session chooses its source again."""
+        if self._db.connect():
+            self.source, self.why = self._detect()
 
-    def _detect(self, conn: psycopg.Connection[Any]) -> tuple[str, str]:
+    def _detect(self) -> tuple[str, str]:
         if self.forced != "auto":
             return self.forced, "forced by configuration"
-        row = conn.execute(sql.statement("pgss_status", self.schema)).fetchone()
-        installed, preload, track = row if row else (False, "", "off")
-        if PGSS not in str(preload):
+        installed, preload, track = self._db.pgss_status()
+        if PGSS not in preload:
             return SAMPLED, f"{PGSS} is not in shared_preload_libraries"
         if not installed:
             return SAMPLED, f"{PGSS} is preloaded but not created in this database"
-        if str(track) != "on":
+        if track != "on":
             return SAMPLED, f"{PGSS}.track_planning is off"
-        try:
-            self._read_pgss(conn, record=False)
-        except psycopg.Error as exc:
-            return SAMPLED, f"{PGSS} is not readable: {exc}"
+        error = self._db.pgss_unreadable(list(self._owners()))
+        if error is not None:
+            return SAMPLED, f"{PGSS} is not readable: {error}"
         return PGSS, f"{PGSS} with track_planning"
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._db.close()
 
     # -- refresh --------------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> None:
         """Read pg_stat_statements or take due samples; errors are counted, never raised."""
         with self._lock:
             try:
-                conn = self._connect()
+                self._connect()
                 if self.source == PGSS:
                     if force or time.monotonic() - self._last_pgss >= self.pgss_every:
-                        self._read_pgss(conn, record=True)
+                        self._read_pgss()
                         self._last_pgss = time.monotonic()
                 else:
                     for policy in self.policies:
                         last = self._last_sample.get(policy.name, -1e18)
                         if force or time.monotonic() - last >= self.interval:
                             self._last_sample[policy.name] = time.monotonic()
-                            self._sample(conn, policy)
+                            self._sample(policy)
             except Exception as exc:
                 self._errors += 1
                 log.warning("claim probe failed: %s", exc)
                 # A broken connection, or a failure outside the database: start afresh next time.
-                conn_gone = self._conn is not None and (self._conn.closed or self._conn.broken)
-                if conn_gone or not isinstance(exc, psycopg.Error):
-                    self.close()
+                self._db.recover(exc)
 
-    def _read_pgss(self, conn: psycopg.Connection[Any], *, record: bool) -> None:
+    def _read_pgss(self) -> None:
         for statement, policy in self._owners().items():
-            row = conn.execute(sql.statement("pgss_claim_stats", self.schema),
-                               {"prefix": statement_prefix(statement, self.schema)}).fetchone()
+            row = self._db.pgss_totals(statement)
             now = _Totals(*row) if row else _Totals()
-            if not record:
-                continue
             prev = self._totals.get(statement, _Totals())
             if now.calls < prev.calls or now.plans < prev.plans:  # pg_stat_statements_reset()
                 prev = _Totals()
@@ -207,31 +167,16 @@ class ClaimProbe:
                 self._ratio[policy] = now.plans / now.calls
             self._totals[statement] = now
 
-    def _sample(self, conn: psycopg.Connection[Any], policy: Policy) -> None:
-        name = f"fairq_probe_{policy.statement}"
-        text, order = to_prepare(policy.statement, self.schema)
-        if name not in self._prepared:
-            types = pgsql.SQL(", ").join(pgsql.SQL(PARAM_TYPES.get(p, "unknown")) for p in order)
-            conn.execute(pgsql.SQL("PREPARE {} ({}) AS ").format(pgsql.Identifier(name), types)
-                         + pgsql.SQL(text))
-            self._prepared.add(name)
-        queue_row = conn.execute(sql.statement("probe_queue", self.schema)).fetchone()
-        params = policy.claim_params(queue=queue_row[0] if queue_row else "default",
-                                     batch=self.batch, worker="fairq-probe")
-        explain = pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {}({})").format(
-            pgsql.Identifier(name), pgsql.SQL(", ").join(pgsql.Literal(params[p]) for p in order))
-        with conn.transaction(force_rollback=True):
-            conn.execute(sql.statement("metrics_timeouts", self.schema),
-                         {"statement_ms": str(self.statement_timeout_ms),
-                          "lock_ms": str(self.lock_timeout_ms)})
-            row = conn.execute(explain).fetchone()
-        if not row:
+    def _sample(self, policy: Policy) -> None:
+        params = policy.claim_params(queue=self._db.probe_queue(), batch=self.batch,
+                                     worker="fairq-probe")
+        plan, counts = self._db.explain_claim(policy.statement, params,
+                                              statement_timeout_ms=self.statement_timeout_ms,
+                                              lock_timeout_ms=self.lock_timeout_ms)
+        if plan is None:
             return
-        plan = row[0][0] if isinstance(row[0], list) else row[0]
         self._planning[policy.name].observe(float(plan["Planning Time"]) / 1000.0)
         self._execution[policy.name].observe(float(plan["Execution Time"]) / 1000.0)
-        counts = conn.execute(sql.statement("prepared_plan_counts", self.schema),
-                              {"name": name}).fetchone()
         if counts and (counts[0] + counts[1]) > 0:
             self._ratio[policy.name] = counts[1] / (counts[0] + counts[1])
 
@@ -277,3 +222,7 @@ class ClaimProbe:
                                          "Probe or pg_stat_statements reads that failed.",
                                          value=self._errors)
         yield from (plan, exe, ratio, info, errors)
+
+
+__all__ = ["EXEC_BUCKETS", "PARAM_TYPES", "PGSS", "PLAN_BUCKETS", "SAMPLED", "ClaimProbe",
+           "statement_prefix", "to_prepare"]

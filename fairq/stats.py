@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from psycopg.rows import dict_row
-
-from fairq import sql
+from fairq.store.monitor import tenant_stats as read_tenant_stats
 
 if TYPE_CHECKING:
     from fairq.app import App
@@ -42,17 +40,13 @@ class TenantStats:
     rate: float | None = None      # its rate limit (jobs per second), None: none
     tokens: float | None = None    # its token bucket now
     tenant_group: str = "default"
+    throttled_seconds: float = 0.0  # time spent with a due job and no token, so far
 
 
 def tenant_stats(app: App, *, window_s: float = DEFAULT_WINDOW_S, queue: str | None = None,
                  timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[TenantStats]:
     """Read the statistics in one bounded, read-only transaction."""
-    params: dict[str, Any] = {"window": float(window_s), "queue": queue}
-    with app.store.pool.connection() as conn, conn.transaction(), \
-            conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(sql.statement("stats_timeouts", app.schema), {"timeout_ms": str(timeout_ms)})
-        cur.execute(sql.statement("tenant_stats", app.schema), params)
-        rows = cur.fetchall()
+    rows = read_tenant_stats(app.store, window_s=window_s, queue=queue, timeout_ms=timeout_ms)
     return [TenantStats(**{**r, "weight": float(r["weight"])}) for r in rows]
 
 
@@ -74,8 +68,8 @@ def _age(seconds: float | None) -> str:
 
 
 HEADERS = ("queue", "tenant", "group", "queued (due/delayed)", "running/cap", "weight", "rate (tokens)",
-           "done", "failed", "claims", "weight share", "oldest wait")
-RIGHT = (False, False, False, True, True, True, True, True, True, True, True, True)
+           "throttled", "done", "failed", "claims", "weight share", "oldest wait")
+RIGHT = (False, False, False, True, True, True, True, True, True, True, True, True, True)
 
 
 def table_rows(stats: Sequence[TenantStats]) -> list[list[str]]:
@@ -89,6 +83,7 @@ def table_rows(stats: Sequence[TenantStats]) -> list[list[str]]:
             f"{s.running}/{s.max_running}" if s.max_running > 0 else f"{s.running}/paused",
             f"{s.weight:g}",
             "-" if s.rate is None else f"{s.rate:g}/s ({s.tokens or 0:.1f})",
+            "-" if s.rate is None and not s.throttled_seconds else _age(s.throttled_seconds),
             str(s.done),
             str(s.failed),
             f"{_pct(s.claim_share)} ({s.recent_claims})",

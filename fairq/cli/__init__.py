@@ -2,8 +2,7 @@
 
 Adding a command group is one line: put its module name in ``COMMANDS``. A module listed there
 defines ``register(subparsers, common)``; it adds its parser(s) with ``parents=[common]`` and
-sets ``handler=`` to a function ``(args) -> int``. A command whose module fails to import (an
-optional dependency missing) stays listed and says why when run; the others still work.
+sets ``handler=`` to a function ``(args) -> int``.
 """
 
 from __future__ import annotations
@@ -15,11 +14,9 @@ import sys
 from collections.abc import Sequence
 
 from fairq.cli._common import (
-    EXIT_ERROR,
     EXIT_USAGE,
     Parser,
     add_connection_options,
-    one_line,
     report_error,
 )
 
@@ -56,26 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except Exception as exc:  # a missing optional dependency must not take the others down
-            _register_broken(sub, common, name, exc)
-            continue
-        module.register(sub, common)
+        importlib.import_module(f"{__name__}.{name}").register(sub, common)
     return parser
-
-
-def _register_broken(sub: argparse._SubParsersAction[Parser], common: Parser,
-                     name: str, exc: Exception) -> None:
-    reason = one_line(f"{type(exc).__name__}: {exc}")
-    p = sub.add_parser(name, parents=[common], help=f"(unavailable: {reason})")
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-
-    def fail(args: argparse.Namespace) -> int:
-        print(f"fairq {name}: unavailable in this installation: {reason}", file=sys.stderr)
-        return EXIT_ERROR
-
-    p.set_defaults(handler=fail)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

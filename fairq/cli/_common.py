@@ -63,9 +63,9 @@ def _passwords(dsn: str) -> list[str]:
     found: list[str] = [m.strip("'") for m in re.findall(r"password\s*=\s*('[^']*'|\S+)", dsn,
                                                           flags=re.IGNORECASE)]
     try:
-        from psycopg.conninfo import conninfo_to_dict
+        from fairq.config import dsn_fields
 
-        pw = conninfo_to_dict(dsn).get("password")
+        pw = dsn_fields(dsn).get("password")
         if pw:
             found.append(str(pw))
     except Exception:
@@ -108,10 +108,8 @@ def report_error(args: argparse.Namespace, exc: BaseException) -> int:
 
 def _explain(exc: BaseException, text: str) -> str:
     """Turn the database errors users actually meet into advice."""
-    try:
-        from psycopg import errors
-    except ImportError:  # pragma: no cover - psycopg is a dependency
-        return text
+    from fairq.store import errors
+
     if isinstance(exc, errors.UndefinedTable | errors.InvalidSchemaName):
         return f"fairq's tables are missing ({one_line(text)}): run `fairq migrate` first"
     if isinstance(exc, errors.QueryCanceled):
@@ -134,13 +132,14 @@ def resolve(args: argparse.Namespace) -> tuple[str, str]:
 
 def check_connection(dsn: str, timeout_s: int = 10) -> None:
     """Connect once: an unreachable database fails in seconds with one line, not a pool timeout."""
-    import psycopg
+    from fairq.store import errors
+    from fairq.store.monitor import ping
 
     try:
-        psycopg.connect(dsn, connect_timeout=timeout_s, autocommit=True).close()
-    except psycopg.ProgrammingError as exc:  # malformed connection string
+        ping(dsn, timeout_s)
+    except errors.ProgrammingError as exc:  # malformed connection string
         raise InvalidInput(f"invalid database URL {redact(dsn)}: {one_line(exc)}") from None
-    except psycopg.OperationalError as exc:
+    except errors.OperationalError as exc:
         raise ConfigurationError(f"cannot connect to {redact(dsn)}: {one_line(exc)}") from None
 
 

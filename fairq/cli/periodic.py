@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     app = load_app_for(args, args.app)
     try:
         check_connection(app.dsn)
-        shown = describe(app)
+        shown = describe(app.store, app.periodics)
     finally:
         app.close()
     if args.json:

@@ -18,7 +18,7 @@ from fairq.cli._common import (
     setup_logging,
 )
 from fairq.config import ENV_SCHEMA, ENV_URL
-from fairq.errors import ConfigurationError, InvalidInput
+from fairq.errors import InvalidInput
 
 if TYPE_CHECKING:
     from fairq.app import App
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     from fairq.policies import DEFAULT_POLICY, POLICIES
-    from fairq.worker import MAX_CONCURRENCY, MAX_SECONDS
+    from fairq.runtime import MAX_CONCURRENCY, MAX_SECONDS
 
     p = sub.add_parser(
         "worker", parents=[common], help="run an app's tasks",
@@ -51,7 +51,9 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                    help="bind address for --metrics-port (default 127.0.0.1; 0.0.0.0 to be "
                    "scraped from another host or container)")
     p.add_argument("--until-empty", action="store_true",
-                   help="drain: exit once nothing is runnable and nothing of ours runs")
+                   help="drain: exit once nothing is runnable and nothing of ours runs (a "
+                   "rate-limited tenant's due jobs are waited for, token by token; delayed jobs, "
+                   "capped and paused tenants are left)")
     p.add_argument("--poll-interval", type=number("poll-interval", minimum=0.01,
                                                   maximum=MAX_SECONDS), metavar="S",
                    help="fallback poll when no NOTIFY arrives (seconds)")
@@ -108,30 +110,17 @@ def load_app_for(args: argparse.Namespace, target: str) -> App:
     return load_app(target)
 
 
-def _metrics_observer(app: App, host: str, port: int) -> Any:
-    """Start the worker's metrics server; fairq.metrics is imported only when asked for."""
-    try:
-        metrics = importlib.import_module("fairq.metrics")
-    except ModuleNotFoundError as exc:
-        raise ConfigurationError(
-            f"--metrics-port needs fairq.metrics, which is missing: {exc}") from None
-    start = getattr(metrics, "start_worker_metrics", None)
-    if start is None:
-        raise ConfigurationError("--metrics-port: this fairq.metrics has no start_worker_metrics()")
-    return start(app, host=host, port=port)
-
-
 def run(args: argparse.Namespace) -> int:
     from fairq.policies import get_policy
 
-    get_policy(args.policy)  # unknown policy: exit 2 before importing user code
+    policy = get_policy(args.policy)  # unknown policy: exit 2 before importing user code
     app = load_app_for(args, args.target)
     setup_logging(args.log_level)  # after the import: an app that configures logging wins
     check_connection(app.dsn)
     options: dict[str, Any] = {
         "concurrency": args.concurrency,
         "queues": args.queues or None,
-        "policy": args.policy,
+        "policy": policy,  # resolved once, here
         "durable_finishes": args.durable_finishes,
     }
     if args.batch is not None:
@@ -141,7 +130,10 @@ def run(args: argparse.Namespace) -> int:
     if args.poll_interval is not None:
         options["poll_interval"] = args.poll_interval
     if args.metrics_port is not None:
-        options["observer"] = _metrics_observer(app, args.metrics_host, args.metrics_port)
+        from fairq.metrics import start_worker_metrics  # prometheus_client only when asked
+
+        options["observer"] = start_worker_metrics(app, host=args.metrics_host,
+                                                   port=args.metrics_port)
     try:
         app.worker(**options).run(until_empty=args.until_empty)
     finally:

@@ -1,5 +1,7 @@
--- Read-only statements of the metrics side: the claim probe (fairq/probe.py) and the database
--- exporter (fairq/exporter.py). Workers never run these. Every caller sets a statement timeout.
+-- Read-only statements of the metrics side: the claim probe (fairq/probe.py), the database
+-- exporter (fairq/exporter.py) and the health checks, all run by the store's monitoring part
+-- (fairq/store/monitor.py). Workers never run these on their claim path. Every read but the
+-- health check's SELECT 1 runs under a statement timeout.
 
 -- name: metrics_timeouts
 -- Per-transaction limits: a scrape must never hang on a lock or a slow plan.
@@ -39,7 +41,8 @@ SELECT coalesce(
 SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = %(name)s;
 
 -- name: exporter_tenants
--- Per (queue, tenant): configuration, exact running count, backlog and oldest runnable age.
+-- Per (queue, tenant): configuration, exact running count, backlog, oldest runnable age and
+-- time spent throttled so far.
 -- The backlog aggregate reads the partial index of queued jobs only.
 WITH backlog AS (
     SELECT j.queue, j.tenant, count(*) AS queued,
@@ -54,6 +57,7 @@ SELECT ts.queue, ts.tenant, ts.weight, ts.max_running, ts.running, ts.claimed_to
        coalesce(b.oldest_age, 0)::float8 AS oldest_age,
        ts.rate, {schema}.tenant_tokens(ts) AS tokens,
        NOT ts.active AND ts.wake_at > now() AND {schema}.tenant_dry(ts) AS throttled,
+       {schema}.throttled_total(ts) AS throttled_seconds,
        coalesce(ts.tenant_group, 'default') AS tenant_group,
        coalesce((SELECT tg.weight FROM {schema}.tenant_groups tg
                  WHERE tg.tenant_group = coalesce(ts.tenant_group, 'default')), 1.0) AS group_weight
@@ -78,3 +82,7 @@ SELECT s.n_dead_tup::float8 AS dead, s.n_live_tup::float8 AS live,
        s.n_tup_ins::float8 AS inserted
 FROM pg_stat_user_tables s
 WHERE s.schemaname = %(schema)s AND s.relname = 'jobs';
+
+-- name: ping
+-- The health checks' question (fairq.metrics.checks.db_check): does the database answer?
+SELECT 1 AS ok;

@@ -133,8 +133,15 @@ RETURNING ts.queue;
 DELETE FROM {schema}.tenants WHERE tenant = %(tenant)s RETURNING tenant;
 
 -- name: sync_tenant_to_defaults
--- The tenant follows the defaults: weight, cap and rate limit (a full bucket), no group.
+-- The tenant follows the defaults: weight, cap and rate limit (a full bucket), no group. A full
+-- bucket ends its throttled interval, credited up to now (engine_v3.sql).
 UPDATE {schema}.tenant_schedule ts
 SET weight = %(weight)s, max_running = %(max_running)s, rate = %(rate)s, burst = %(burst)s,
-    tokens = NULL, refilled_at = NULL, tenant_group = NULL
+    tokens = NULL, refilled_at = NULL, tenant_group = NULL,
+    throttled_seconds = ts.throttled_seconds + {schema}.throttled_open(ts), throttled_since = NULL
 WHERE ts.tenant = %(tenant)s;
+
+-- name: drop_schema
+-- Drop a scratch schema and everything in it (`fairq demo` drains each policy in one). A utility
+-- statement: it cannot be prepared.
+DROP SCHEMA IF EXISTS {schema} CASCADE;

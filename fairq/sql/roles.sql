@@ -19,7 +19,8 @@ GRANT SELECT ON {schema}.jobs TO {role};
 GRANT UPDATE (status, attempts, run_at, started_at, finished_at, locked_until, locked_by,
               last_error, result) ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.tenant_schedule TO {role};
-GRANT UPDATE (running, vtime, active, wake_at, claimed_total, last_served_at, tokens, refilled_at)
+GRANT UPDATE (running, vtime, active, wake_at, claimed_total, last_served_at, tokens, refilled_at,
+               throttled_seconds, throttled_since)
     ON {schema}.tenant_schedule TO {role};
 GRANT SELECT, INSERT (key, value), UPDATE (value) ON {schema}.settings TO {role};
 GRANT SELECT ON {schema}.alembic_version TO {role};

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+import psycopg
+
+from fairq import sql
 from fairq.errors import InvalidInput
 from fairq.models import JobInfo
 from fairq.store.pg import Store
@@ -80,3 +83,10 @@ def delete_tenant(store: Store, tenant: str) -> bool:
     with store._tx() as cur:
         cur.execute(store.q("restore_tenant_schedule"), {"tenant": tenant})
     return scheduled or configured
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    """Drop ``schema`` and everything in it: the demo's scratch schemas, on a connection of its
+    own (the app that used it is closed by then)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.statement("drop_schema", schema), prepare=False)

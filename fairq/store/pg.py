@@ -334,6 +334,14 @@ class Store:
             row = cur.fetchone()
         return None if row is None else float(row["seconds"])
 
+    def next_token(self, queues: Sequence[str]) -> float | None:
+        """Seconds until the first rate-limited tenant of ``queues`` with a due job and a free
+        slot has its next token (0 if it has one now); None when no due job waits for a token."""
+        with self._tx() as cur:
+            cur.execute(self.q("next_token"), {"queues": list(queues)})
+            row = cur.fetchone()
+        return None if row is None else float(row["seconds"])
+
     def _claim_rows(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         with self._tx() as cur:
             cur.execute(self.q(statement), params)

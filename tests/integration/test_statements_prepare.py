@@ -17,8 +17,8 @@ from support.db import create_database, drop_database, dsn_for_db
 from fairq import sql
 
 SCHEMA = "fairq"
-# Utility statements cannot be prepared; each is run by its own test (maintenance, roles).
-NOT_PREPARABLE = {"vacuum_tenant_schedule"}
+# Utility statements cannot be prepared; each is run by its own test (maintenance, roles, demo).
+NOT_PREPARABLE = {"vacuum_tenant_schedule", "drop_schema"}
 PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]")
 
 

@@ -273,15 +273,30 @@ def spawn(dsn: str, *args: str) -> subprocess.Popen[str]:
 
 def outcome(p: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
     """The worker's stdout and stderr once it exits; if it has not within ``timeout``, its
-    threads' stacks (worker_proc dumps them on SIGUSR1) go into the failure message."""
+    threads' stacks (worker_proc dumps them on SIGUSR1) go into the failure message.
+
+    Read through the pipes' file objects, not ``communicate()`` (which reads the descriptors):
+    spawn's ``readline`` may have buffered the lines after READY already (a drain that ends at
+    once prints READY and STATS together)."""
+    got: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda n=n, f=f: got.__setitem__(n, f.read()), daemon=True)
+               for n, f in (("out", p.stdout), ("err", p.stderr))]
+    for r in readers:
+        r.start()
     try:
-        return p.communicate(timeout=timeout)
+        p.wait(timeout)
     except subprocess.TimeoutExpired:
         p.send_signal(signal.SIGUSR1)
         time.sleep(1.0)
         p.kill()
-        out, err = p.communicate()
+        p.wait()
+        for r in readers:
+            r.join(10)
+        out, err = got.get("out", ""), got.get("err", "")
         pytest.fail(f"the worker did not exit within {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
+    for r in readers:
+        r.join(10)
+    return got.get("out", ""), got.get("err", "")
 
 
 def wait_for_line(p: subprocess.Popen[str], text: str, timeout: float = 30.0) -> bool:

@@ -13,7 +13,7 @@ import pytest
 import fairq
 from fairq.models import ClaimedJob
 from fairq.observe import NullObserver
-from fairq.worker import Worker
+from fairq.runtime import Worker
 
 SCHEMA = "fairq"
 # The fair engine is tested in its own files; the lifecycle tests use the baseline claim.
@@ -589,6 +589,6 @@ def test_only_a_lost_connection_replays_recent_finishes(app: fairq.App) -> None:
     for durable in (False, True):
         w = app.worker(policy=POLICY, durable_finishes=durable)
         for e in lost + kept:
-            w._replay_finishes.clear()
-            w._lost_connection(e)
-            assert w._replay_finishes.is_set() == (not durable and e in lost), e
+            w.finisher.replay_wanted.clear()
+            w.finisher.lost_connection(e)
+            assert w.finisher.replay_wanted.is_set() == (not durable and e in lost), e

@@ -28,14 +28,14 @@ def main() -> int:
     # 2. A signal that lands while the main thread holds the locks stop() takes (it was busy
     # in an Event's clear() or wait()) must neither block nor be lost.
     worker = app.worker(concurrency=1, policy="fifo", listen=False)
-    with SignalRelay(lambda _: worker.stop(), exit_if=worker._stopping.is_set) as relay:
-        with worker._stopping._cond, worker._wake._cond:  # type: ignore[attr-defined]
+    with SignalRelay(lambda _: worker.stop(), exit_if=worker.shared.stopping.is_set) as relay:
+        with worker.shared.stopping._cond, worker.shared.wake._cond:  # type: ignore[attr-defined]
             signal.raise_signal(signal.SIGTERM)
             deadline = time.monotonic() + 1.0
             while not relay.received and time.monotonic() < deadline:
                 pass  # the handler runs here, between two bytecodes, under both locks
             print("handled-under-locks", relay.received, flush=True)
-        print("stopped", worker._stopping.wait(10), flush=True)
+        print("stopped", worker.shared.stopping.wait(10), flush=True)
         # 3. The second signal exits at once.
         try:
             signal.raise_signal(signal.SIGTERM)

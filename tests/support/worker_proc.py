@@ -60,14 +60,24 @@ def main() -> int:
 
     import threading
 
+    said = threading.Lock()
+    announced: list[bool] = []
+
     def announce() -> None:
         worker.ready.wait()
-        print("READY", worker.worker_id, flush=True)
+        with said:
+            if not announced:
+                announced.append(True)
+                print("READY", worker.worker_id, flush=True)
 
     threading.Thread(target=announce, daemon=True).start()
     t0 = time.perf_counter()
     worker.run(until_empty=a.until_empty)
     elapsed = time.perf_counter() - t0
+    with said:  # a drain can be over before LISTEN was in effect: its loop ran all the same
+        if not announced:
+            announced.append(True)
+            print("READY", worker.worker_id, flush=True)
     s = worker.stats
     print(f"STATS done={s.done} retry={s.retry} failed={s.failed} lease_lost={s.lease_lost} "
           f"released={s.released} abandoned={s.abandoned} seconds={elapsed:.3f}", flush=True)

@@ -709,7 +709,7 @@ def test_worker_logs_and_metrics_never_show_the_password(caplog: pytest.LogCaptu
     registry = build_registry(dsn, "fairq", interval=0)
     metrics = generate_latest(registry).decode() + generate_latest(observer.registry).decode()
     a.close()
-    text = caplog.text + metrics + repr(w.store.describe() if w._store else "")
+    text = caplog.text + metrics + repr(w.store.describe() if w.connections.opened() else "")
     assert caplog.records, "expected the worker to log the outage"
     assert SECRET not in text
     assert SECRET not in str([r.exc_info for r in caplog.records if r.exc_info])

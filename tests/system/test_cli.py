@@ -409,7 +409,6 @@ def test_worker_target_must_name_an_app(
 
 
 def test_worker_until_empty_runs_the_jobs(dsn: str, tmp_path: Path) -> None:
-    pytest.importorskip("fairq.worker", reason="the worker runtime is not in this tree yet")
     (tmp_path / "cli_tasks.py").write_text(
         "import fairq\n"
         "app = fairq.App()\n"

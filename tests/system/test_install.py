@@ -73,6 +73,16 @@ def test_wheel_carries_the_migrations_and_sql(installed: Path) -> None:
     assert int(out[2]) > 0
 
 
+def test_wheel_carries_every_package(installed: Path) -> None:
+    """pyproject.toml lists the packages one by one: a package missing from the list would be
+    left out of the wheel, and only an installed fairq would fail to import it."""
+    packages = sorted(".".join(p.parent.relative_to(ROOT).parts)
+                      for p in (ROOT / "fairq").rglob("__init__.py"))
+    assert "fairq.metrics" in packages
+    code = "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]"
+    sh(installed / "python", "-c", code, *packages, cwd=installed.parent)
+
+
 def test_installed_fairq_migrates_the_system_postgresql(
     installed: Path, empty_dsn: str
 ) -> None:

@@ -29,3 +29,20 @@ def test_import_fairq_loads_no_sqlalchemy_or_alembic() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_only_the_store_may_import_the_driver() -> None:
+    """The protected contract stays in place (the check above passes without it too): psycopg
+    outside the store, the SQL loader and the documented exceptions breaks `lint-imports`."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    contract = config["importlinter:contract:only-the-store-talks-to-postgresql"]
+    assert contract["type"] == "protected"
+    assert set(contract["protected_modules"].split()) == {"psycopg", "psycopg_pool"}
+    allowed = set(contract["allowed_importers"].split())
+    assert {"fairq.store", "fairq.sql"} <= allowed
+    for module in ("fairq.exporter", "fairq.probe", "fairq.stats", "fairq.metrics",
+                   "fairq.listener", "fairq.maintenance", "fairq.demo", "fairq.cli"):
+        assert module not in allowed, module

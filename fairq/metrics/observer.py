@@ -1,4 +1,4 @@
-"""Worker metrics for Prometheus with a bounded ``tenant`` label; the /metrics + /healthz server.
+"""The worker metrics for Prometheus (``PrometheusObserver``), with bounded label values.
 
 Why a custom collector instead of prometheus-client's Counter/Histogram with labels: the tenant
 label must stay bounded (docs/metrics.md: top ``FAIRQ_METRICS_MAX_TENANTS`` tenants, the rest folded into
@@ -24,14 +24,10 @@ queue is whatever name a producer wrote: 300 unknown task names must not make 30
 
 from __future__ import annotations
 
-import bisect
-import math
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -40,16 +36,12 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import choose_encoder
 
 from fairq.fresh_series import FreshSeries
+from fairq.metrics.fold import ENV_MAX_TENANTS, TenantFold, max_tenants_from_env
+from fairq.metrics.hist import Hist
+from fairq.metrics.server import MetricsServer, serve
 from fairq.models import ClaimedJob
-
-if TYPE_CHECKING:
-    from fairq.app import App
-
-OTHER = "__other__"
-ENV_MAX_TENANTS = "FAIRQ_METRICS_MAX_TENANTS"
 
 WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -58,105 +50,6 @@ RUN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 1
 OUTCOMES = ("done", "retry", "failed", "lease_lost")
 RESULTS = ("claimed", "empty", "error")
 CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-def max_tenants_from_env(default: int = 50) -> int:
-    """``$FAIRQ_METRICS_MAX_TENANTS`` as an int >= 0; garbage is ``InvalidInput`` (CLI exit 2),
-    not a silent default, so a typo cannot quietly change the metrics' cardinality."""
-    from fairq.errors import InvalidInput
-
-    raw = os.environ.get(ENV_MAX_TENANTS, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidInput(f"{ENV_MAX_TENANTS} must be an integer >= 0, not {raw[:40]!r}") from None
-    if not 0 <= value <= 1_000_000:
-        raise InvalidInput(f"{ENV_MAX_TENANTS} must be between 0 and 1000000, not {value}")
-    return value
-
-
-class Hist:
-    """A fixed-bucket histogram accumulator (not thread-safe: the observer's lock guards it)."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0.0
-
-    def observe(self, value: float, n: int = 1) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += n
-        self.sum += value * n
-
-    def buckets(self) -> list[tuple[str, float]]:
-        """Cumulative buckets as prometheus-client wants them, ending with +Inf."""
-        out, acc = [], 0
-        for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
-            acc += count
-            out.append((_le(bound), float(acc)))
-        return out
-
-
-def _le(bound: float) -> str:
-    return "+Inf" if math.isinf(bound) else repr(float(bound))
-
-
-class TenantFold:
-    """Which tenants keep their own series: the top ``limit`` by decayed recent activity.
-
-    Scores decay by half every ``rerank_seconds``; a job claimed adds 1 plus its wait in seconds
-    (a tenant whose jobs wait long matters even when it is small), an enqueue or finish adds 1.
-    Not thread-safe on its own: callers hold their lock.
-    """
-
-    def __init__(self, limit: int, rerank_seconds: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.limit = limit
-        self.rerank_seconds = rerank_seconds
-        self.clock = clock
-        self.live: set[str] = set()
-        self.score: dict[str, float] = {}
-        self.folded_seen: set[str] = set()  # tenants folded since the last re-rank
-        self._next = clock() + rerank_seconds
-
-    def label(self, tenant: str, activity: float) -> str:
-        """Record ``activity`` for ``tenant`` and return the label value its series use now."""
-        self.score[tenant] = self.score.get(tenant, 0.0) + activity
-        if tenant in self.live:
-            return tenant
-        if len(self.live) < self.limit:
-            self.live.add(tenant)
-            return tenant
-        self.folded_seen.add(tenant)
-        return OTHER
-
-    def due(self) -> bool:
-        return self.clock() >= self._next
-
-    def rerank(self) -> set[str]:
-        """Decay scores, pick the new top set; returns the demoted tenants (drop their series)."""
-        now = self.clock()
-        periods = max(1.0, (now - self._next) / self.rerank_seconds + 1.0)
-        self._next = now + self.rerank_seconds
-        factor = 0.5 ** periods
-        # Forget tenants whose activity has decayed to nothing: bounded memory, and an idle
-        # tenant's series do not stay forever even while there is room.
-        self.score = {t: s * factor for t, s in self.score.items() if s * factor >= 0.01}
-        # Members get a 25% bonus: a tenant near the cut does not flap in and out.
-        ranked = sorted(self.score,
-                        key=lambda t: (-self.score[t] * (1.25 if t in self.live else 1.0), t))
-        top = set(ranked[: self.limit])
-        demoted = self.live - top
-        self.live = top
-        self.folded_seen = {t for t in self.score if t not in self.live}
-        return demoted
-
-    @property
-    def folded(self) -> int:
-        return len(self.folded_seen - self.live)
 
 
 class PrometheusObserver:
@@ -363,143 +256,3 @@ class PrometheusObserver:
         return self.server
 
 
-# -- HTTP ----------------------------------------------------------------------------------
-
-
-class MetricsServer:
-    """A running /metrics + /healthz server on a daemon thread."""
-
-    def __init__(self, httpd: ThreadingHTTPServer) -> None:
-        self.httpd = httpd
-        self.host, self.port = httpd.server_address[0], int(httpd.server_address[1])
-        self.thread = threading.Thread(target=httpd.serve_forever, name="fairq-metrics",
-                                       daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        """A URL to reach the server from this host (127.0.0.1 when bound to every interface)."""
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else str(self.host)
-        return f"http://{host}:{self.port}"
-
-    @property
-    def bound_url(self) -> str:
-        """The address actually bound, for logs: ``0.0.0.0`` means every interface."""
-        host = str(self.host)
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
-
-
-def serve(port: int, host: str = "0.0.0.0", health: Callable[[], bool] | None = None,
-          registry: CollectorRegistry | None = None,
-          checks: Mapping[str, Callable[[], bool]] | None = None) -> MetricsServer:
-    """Serve ``registry`` on /metrics and ``health`` on /healthz (200 ok / 503 unhealthy), and
-    each of ``checks`` (path -> check) likewise (see fairq.health).
-
-    ``port=0`` picks a free port (see ``MetricsServer.port``). A health callable that raises
-    counts as unhealthy. A port in use is ``InvalidInput`` naming it.
-    """
-    from prometheus_client import REGISTRY
-
-    reg = registry if registry is not None else REGISTRY
-    check = health or (lambda: True)
-    paths = {"/healthz": check, **(checks or {})}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                try:
-                    body, status = encoder(reg), 200
-                except Exception as exc:  # a failing collector: say so, do not hang up
-                    body, status = f"# collect failed: {exc}\n".encode(), 500
-                    content_type = "text/plain; charset=utf-8"
-                self._send(status, body, content_type)
-            elif path in paths:
-                try:
-                    ok = bool(paths[path]())
-                except Exception:
-                    ok = False
-                self._send(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n",
-                           "text/plain; charset=utf-8")
-            else:
-                self._send(404, f"not found: try /metrics or {' '.join(sorted(paths))}\n"
-                           .encode(), "text/plain")
-
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # scrapes every few seconds would flood the worker's log
-
-    ThreadingHTTPServer.daemon_threads = True
-    try:
-        httpd = ThreadingHTTPServer((host, port), Handler)
-    except OSError as exc:
-        import errno
-
-        from fairq.errors import InvalidInput
-
-        if exc.errno == errno.EADDRINUSE:
-            raise InvalidInput(f"cannot serve metrics on {host}:{port}: port {port} is already "
-                               "in use (choose another port)") from None
-        if exc.errno in (errno.EADDRNOTAVAIL, errno.EACCES):
-            raise InvalidInput(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
-        raise
-    return MetricsServer(httpd)
-
-
-def db_check(dsn: str, timeout: float = 2.0, cache_seconds: float = 1.0) -> Callable[[], bool]:
-    """A health check that connects and runs ``SELECT 1``; cached briefly so scrapes stay cheap."""
-    import psycopg
-
-    state: dict[str, float | bool] = {"at": -math.inf, "ok": False}
-    lock = threading.Lock()
-
-    def check() -> bool:
-        with lock:
-            now = time.monotonic()
-            if now - float(state["at"]) < cache_seconds:
-                return bool(state["ok"])
-            try:
-                with psycopg.connect(dsn, connect_timeout=max(1, math.ceil(timeout)),
-                                     autocommit=True) as conn:
-                    conn.execute("SELECT 1")
-                ok = True
-            except Exception:
-                ok = False
-            state.update(at=time.monotonic(), ok=ok)
-            return ok
-
-    return check
-
-
-def all_of(*checks: Callable[[], bool]) -> Callable[[], bool]:
-    """Healthy when every check is."""
-    return lambda: all(c() for c in checks)
-
-
-def start_worker_metrics(app: App, *, host: str = "0.0.0.0", port: int = 0,
-                         max_tenants: int | None = None) -> PrometheusObserver:
-    """What ``fairq worker --metrics-port`` installs: an observer plus its server.
-
-    /livez is 200 while the worker loop turns, database or not; /readyz and /healthz are 200
-    while it reaches the database and a ``SELECT 1`` answers (see fairq.health).
-    """
-    from fairq.health import worker_checks
-
-    observer = PrometheusObserver(max_tenants=max_tenants)
-    checks = worker_checks(observer, db_check(app.dsn))
-    observer.server = serve(port, host, health=checks["/healthz"], registry=observer.registry,
-                            checks=checks)
-    app.observer = observer  # enqueues made by this process's handlers are counted too
-    return observer

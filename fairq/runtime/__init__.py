@@ -1,0 +1,26 @@
+"""The worker runtime, one job per module:
+
+- ``loop``: the ``Worker`` and its claim loop (the control thread);
+- ``slots``: sync and async handler slots, executing a job;
+- ``finisher``: batched finishes, stuck tenants split out, replay after a lost connection;
+- ``heartbeats``: lease extensions on their own thread and connection;
+- ``drain``: the graceful stop and the end of ``run(until_empty=True)``;
+- ``settings``: the worker's checked options, the factory of its connections, its pools;
+- ``state``: what the threads share, and the small types they pass.
+
+It never imports the app or the CLI (``.importlinter``): ``App.worker`` hands it the pieces.
+"""
+
+from fairq.runtime.loop import Worker
+from fairq.runtime.settings import (
+    DEFAULT_MAX_BATCH,
+    MAX_CONCURRENCY,
+    MAX_SECONDS,
+    StoreFactory,
+    WorkerSettings,
+)
+from fairq.runtime.slots import Slots, TaskHandler
+from fairq.runtime.state import WorkerStats, describe_error
+
+__all__ = ["DEFAULT_MAX_BATCH", "MAX_CONCURRENCY", "MAX_SECONDS", "Slots", "StoreFactory",
+           "TaskHandler", "Worker", "WorkerSettings", "WorkerStats", "describe_error"]

@@ -1,0 +1,124 @@
+"""Ending a worker: the graceful stop (hand back unstarted jobs, let running ones finish within
+the grace period, hand back the rest) and the test ``run(until_empty=True)`` ends on.
+
+The until-empty rule: the worker ends once nothing of its own runs or waits to be written and a
+claim over all its queues finds nothing, except while a due job waits only for its tenant's next
+token (a rate limit): time alone makes that job claimable, so the worker sleeps until the
+earliest such token and goes on. Jobs delayed to a future ``run_at``, tenants at their cap
+(jobs running elsewhere) and paused tenants (cap 0) do not keep it running.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from fairq.job import Job
+from fairq.observe import WorkerObserver
+from fairq.runtime.finisher import Finisher
+from fairq.runtime.heartbeats import Heartbeats
+from fairq.runtime.slots import Slots
+from fairq.runtime.state import Completion, Shared, log
+from fairq.store import Store
+from fairq.store.errors import DatabaseError, PoolTimeout
+
+MIN_WAKE_SECONDS = 0.01  # a wake-up due now still waits this long: the loop never spins
+
+
+class Drain:
+    """The two ways a worker's run ends, over the parts it stops."""
+
+    def __init__(self, shared: Shared, slots: Slots, finisher: Finisher, heartbeats: Heartbeats,
+                 observer: WorkerObserver, worker_id: str) -> None:
+        self.shared = shared
+        self.slots = slots
+        self.finisher = finisher
+        self.heartbeats = heartbeats
+        self.observer = observer
+        self.worker_id = worker_id
+
+    def empty(self, store: Store, queues: Sequence[str], claimed: int, poll: bool,
+              claim_round: Callable[[Store, bool], int]) -> bool:
+        """Whether ``run(until_empty=True)`` is done (the rule in this module's docstring).
+
+        A fair claim comes back empty only when no tenant it could lock has a due job under its
+        cap and with a token (docs/algorithm.md). Expired leases are returned first, so a drain
+        does not end with a dead worker's jobs still ``running``; a job they hand back is
+        claimed like any other.
+        """
+        sh = self.shared
+        with sh.lock:
+            if claimed or not poll or not sh.settled():
+                return False
+        reaped = store.reap_expired()
+        for queue in sorted(set(reaped.requeued) | set(reaped.failed)):
+            self.observer.on_reap(queue, reaped.requeued.get(queue, 0) + reaped.failed.get(queue, 0))
+        if reaped.total:
+            return False
+        if claim_round(store, True):
+            return False
+        token = store.next_token(queues)
+        if token is not None:  # a rate-limited tenant's due job: claimable at its next token
+            sh.wake_tenants_at(time.monotonic() + max(MIN_WAKE_SECONDS, token))
+            return False
+        if store.runnable_exists(queues):
+            log.info("worker %s: due jobs remain but none may be claimed: their tenants are at "
+                     "their caps or paused", self.worker_id)
+        return True
+
+    def graceful(self, store: Store, grace_period: float) -> None:
+        """Graceful stop: hand back unstarted jobs, let in-flight ones finish within grace."""
+        sh = self.shared
+        deadline = time.monotonic() + grace_period
+        unstarted = self.slots.take_unstarted()
+        with sh.lock:
+            for job in unstarted:
+                sh.inflight.pop((job.id, job.attempt), None)
+        if unstarted:
+            self._retry_until(deadline, lambda: self._release(store, unstarted))
+        while True:
+            sh.wake.clear()  # before looking, so that a wake-up after the look is not lost
+            self._retry_until(deadline, lambda: self._finish_and_heartbeat(store))
+            with sh.lock:
+                if sh.settled():
+                    return
+                next_hb = min((r.next_extend for r in sh.inflight.values()), default=deadline)
+            if time.monotonic() >= deadline:
+                break
+            sh.wake.wait(max(0.0, min(deadline, next_hb) - time.monotonic()))
+        with sh.lock:
+            left = list(sh.inflight.values())
+            sh.inflight.clear()
+        if left:
+            log.warning("grace period of %.0fs over: handing back %d running job(s)",
+                        grace_period, len(left))
+            sh.stats.abandoned += len(left)
+            err = f"worker {self.worker_id} stopped: grace period of {grace_period:g}s exceeded"
+            with sh.lock:
+                sh.completions.extend(Completion(r.job, err, time.monotonic() - r.started, 0.0)
+                                      for r in left)
+            self._retry_until(time.monotonic() + 5.0,
+                              lambda: self.finisher.finish_completions(store))
+
+    def _finish_and_heartbeat(self, store: Store) -> None:
+        self.finisher.finish_completions(store)
+        self.heartbeats.beat(store, time.monotonic())
+
+    def _release(self, store: Store, jobs: list[Job]) -> None:
+        released = store.release_unstarted([(j.id, j.attempt) for j in jobs])
+        self.shared.stats.released += len(released)
+        log.info("handed back %d claimed job(s) that had not started", len(released))
+
+    def _retry_until(self, deadline: float, action: Callable[[], None]) -> None:
+        """Run ``action`` until it succeeds or ``deadline`` passes (database errors only)."""
+        failures = 0
+        while True:
+            try:
+                action()
+                return
+            except (DatabaseError, PoolTimeout) as e:
+                failures += 1
+                if time.monotonic() >= deadline:
+                    log.warning("giving up during shutdown (%s); leases will expire", e)
+                    return
+                time.sleep(min(1.0, 0.05 * 2 ** failures))

@@ -1,0 +1,91 @@
+"""Heartbeats: the leases of running jobs (and of finished ones not written yet) are extended
+on a thread and a connection of their own, so a claim waiting for a lock, or any slow statement
+of the control thread, cannot let them expire."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from fairq.job import Job
+from fairq.runtime.state import Shared, log
+from fairq.store import Store
+from fairq.store.errors import DatabaseError, LockNotAvailable, PoolTimeout
+
+
+class Heartbeats:
+    """The heartbeat thread; ``beat`` is also called by the graceful stop."""
+
+    def __init__(self, shared: Shared, store: Callable[[], Store],
+                 interval: float | None) -> None:
+        self.shared = shared
+        self._store = store
+        self.interval = interval
+        self._thread: threading.Thread | None = None
+        self._exit = threading.Event()
+
+    def every(self, job: Job) -> float:
+        """Seconds between two extensions of ``job``'s lease: a third of it unless set."""
+        return self.interval or max(0.1, job.lease_seconds / 3.0)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="fairq-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._exit.set()
+            self.shared.heartbeat_wake.set()
+            self._thread.join(timeout=5.0)
+            self._thread = None
+
+    def _loop(self) -> None:
+        """Extend the leases of running jobs when they are due, whatever the control thread is
+        waiting for."""
+        sh = self.shared
+        failures = 0
+        while not self._exit.is_set():
+            with sh.lock:
+                due = min((r.next_extend for r in (*sh.inflight.values(),
+                                                   *sh.unwritten.values())), default=None)
+            now = time.monotonic()
+            if due is None or due > now:
+                sh.heartbeat_wake.wait(None if due is None else due - now)
+                sh.heartbeat_wake.clear()  # the next turn looks again: nothing is lost
+                continue
+            try:
+                self.beat(self._store(), now)
+                failures = 0
+            except (DatabaseError, PoolTimeout) as e:
+                failures += 1
+                delay = min(1.0, 0.05 * 2 ** min(failures, 5))  # a lease is at stake: retry soon
+                what = ("lock timeout" if isinstance(e, LockNotAvailable)
+                        else type(e).__name__)
+                log.warning("extending leases failed (%s: %s); retrying in %.2fs", what,
+                            str(e).strip()[:200], delay)
+                self._exit.wait(delay)
+            except Exception:  # a bug must not stop the heartbeats
+                log.exception("heartbeat error; retrying in 1s")
+                self._exit.wait(1.0)
+
+    def beat(self, store: Store, now: float) -> None:
+        """Extend the leases due by ``now``; a job whose lease is gone is marked lost."""
+        sh = self.shared
+        with sh.lock:
+            due = [r for r in sh.inflight.values() if r.next_extend <= now]
+            done = [r for r in sh.unwritten.values() if r.next_extend <= now]
+        if not due and not done:
+            return
+        ours = store.extend_leases([(r.job.id, r.job.attempt) for r in (*due, *done)])
+        for r in done:
+            r.next_extend = now + self.every(r.job)
+            if r.job.id not in ours:  # its finish will find the lease lost and say so
+                with sh.lock:
+                    sh.unwritten.pop((r.job.id, r.job.attempt), None)
+        for r in due:
+            r.next_extend = now + self.every(r.job)
+            if r.job.id not in ours and not r.job.lease_lost:
+                r.job.lease_lost = True
+                log.warning("job %d attempt %d: lease lost while running (reaped, re-claimed or "
+                            "cancelled elsewhere)", r.job.id, r.job.attempt)
