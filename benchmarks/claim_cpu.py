@@ -8,7 +8,7 @@ run, too much to judge a change worth a few percent. This runs the same claim + 
 a private cluster (4 claimers, batch 10, the workers' ScheduleVacuum beside them), alternating
 the policies, and reads CPU time from /proc around every round: the claimers' backends
 (/proc/PID/stat), this process, and the whole machine (/proc/stat). Figures are medians over the
-rounds. ``--variant NAME=FILE.sql`` runs a candidate claim_fair_greedy (the statement text of
+rounds. ``--variant NAME=FILE.sql`` runs a candidate claim_fair (the statement text of
 FILE, with ``{schema}`` and ``%(name)s`` placeholders like fairq/sql/claim.sql) as one more
 policy with weighted's parameters, so a candidate and the current statement meet in the same
 run. ``--uprobes`` (root, Linux perf) also counts, per claim and finish, the backends' calls of
@@ -64,12 +64,12 @@ def add_variant(spec: str) -> str:
     name, _, path = spec.partition("=")
     if not name or not path:
         raise SystemExit(f"--variant takes NAME=FILE.sql, not {spec!r}")
-    statement = f"claim_fair_greedy_{name}"
+    statement = f"claim_fair_{name}"
     sql.names()  # load the packaged statements first
     sql._raw()[statement] = sql._compact(statement, Path(path).read_text().strip().rstrip(";"))
     base = policies.WEIGHTED
-    policies.POLICIES[name] = Policy(name=name, statement=base.statement, fallback=base.fallback,
-                                     contended=statement, params=base.params)
+    policies.POLICIES[name] = Policy(name=name, statement=statement, waits=base.waits,
+                                     params=base.params)
     return name
 
 

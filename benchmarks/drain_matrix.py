@@ -84,6 +84,7 @@ import json
 import math
 import os
 import re
+import resource
 import signal
 import socket
 import statistics
@@ -384,6 +385,7 @@ def _run_once(admin: str, shape: str, policy: str, args: argparse.Namespace,
         env = {"FAIRQ_METRICS_MAX_TENANTS": "0", **os.environ, "PYTHONPATH": str(REPO)}
         conn = psycopg.connect(dsn, autocommit=True)
         try:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=logf, stderr=subprocess.STDOUT)
             extra = ExtraLoad(dsn, plan, proc) if plan.extra else None
             if extra:
@@ -404,6 +406,9 @@ def _run_once(admin: str, shape: str, policy: str, args: argparse.Namespace,
             conn.close()
         res["exit_code"] = proc.returncode
         res["stopped"] = stopped
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the worker, waited for
+        res["worker_cpu_s"] = round(after.ru_utime + after.ru_stime
+                                    - before.ru_utime - before.ru_stime, 3)
         res.update(claim_stats(samples))
         res["worker_log_tail"] = log.splitlines()[-15:]
     finally:
@@ -731,7 +736,8 @@ def main() -> int:
                       f"{res['seconds'] or math.nan:.2f} s, {rate or math.nan:,.0f} jobs/s, exit "
                       f"{res['exit_code']}, empty claims {res['empty_claims_total']} "
                       f"(with work {res['empty_claims_with_work']}), claim errors "
-                      f"{res['claim_errors']}, stall {res['longest_stall_s']} s"
+                      f"{res['claim_errors']}, stall {res['longest_stall_s']} s, worker CPU "
+                      f"{res.get('worker_cpu_s', math.nan):.2f} s"
                       + (f", STOPPED: {res['stopped']}" if res["stopped"] else "")
                       + (f", extra {res['extra']}" if "extra" in res else "")
                       + (f", before whale end {res['extra_before_whale_end']}"

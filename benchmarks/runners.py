@@ -30,7 +30,7 @@ from fairq.job import Job
 from fairq.models import ClaimedJob
 from fairq.policies import get_policy
 from fairq.probe import PARAM_TYPES, to_prepare
-from fairq.worker import Worker, describe_error
+from fairq.runtime import Slots, StoreFactory, Worker, WorkerSettings, describe_error
 
 HERE = Path(__file__).resolve().parent
 LAB = HERE / "lab"  # verbatim copies of the design's lab/rr.sql and lab/schema.sql
@@ -133,19 +133,30 @@ class _ClaimObserver:
         pass
 
 
-class _BenchWorker(Worker):
-    """A Worker whose failed jobs retry after ``RETRY_DELAY_S`` instead of fairq's 20 s backoff,
+class _BenchSlots(Slots):
+    """Slots whose failed jobs retry after ``RETRY_DELAY_S`` instead of fairq's 20 s backoff,
     so the retry scenario fits in a benchmark run (the claim path is untouched)."""
 
-    def _execute(self, job: Job) -> None:
-        task = self.app.tasks[job.task]
+    def execute(self, job: Job) -> None:
+        task = self.tasks[job.task]
         t0 = time.monotonic()
         try:
             task.fn(job)
         except Exception as e:
-            self._complete(job, describe_error(e), time.monotonic() - t0, RETRY_DELAY_S)
+            self.complete(job, describe_error(e), time.monotonic() - t0, RETRY_DELAY_S)
             return
-        self._complete(job, None, time.monotonic() - t0)
+        self.complete(job, None, time.monotonic() - t0)
+
+
+class _BenchWorker(Worker):
+    slots_class = _BenchSlots
+
+
+def _bench_worker(app: App, **options: Any) -> Worker:
+    """What ``app.worker(**options)`` builds, with ``_BenchSlots`` (the app's connection
+    settings are fairq's defaults here)."""
+    stores = StoreFactory(app.dsn, app.schema, pooler=app.pooler)
+    return _BenchWorker(stores, app.tasks, WorkerSettings(**options), periodics=app.periodics)
 
 
 def db_epoch(conn: psycopg.Connection[Any]) -> float:
@@ -294,7 +305,7 @@ def run_fairq(dsn: str, sc: Scenario, policy_name: str, deadline_s: float,
                 _record_plan(data, conn.execute(stmt).fetchone())
 
         observer = _ClaimObserver(data)
-        workers = [_BenchWorker(app, concurrency=sc.slots, policy=policy_name, listen=False,
+        workers = [_bench_worker(app, concurrency=sc.slots, policy=policy_name, listen=False,
                                 poll_interval=0.1, wake_interval=0.2, observer=observer,
                                 grace_period=5.0, worker_id=f"bench-{i}")
                    for i in range(sc.workers)]
