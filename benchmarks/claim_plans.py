@@ -187,7 +187,9 @@ def summarise(explain: Mapping[str, Any], mode: str, queue: str = QUEUE, queue_p
         buffers=_bufs(top) + deferred,
         planning_buffers=_bufs(explain.get("Planning", {})),
         rows_touched=0,
-        generic=f"queue = ${queue_param})" in text and literal not in text,
+        # The queue's literal in a condition on a queue column; a literal elsewhere (the
+        # default group's name, 'default', in claim_fair's group lookup) is not evidence.
+        generic=f"queue = ${queue_param})" in text and f"queue = {literal}" not in text,
     )
     for n, anc in nodes(top):
         rel = n.get("Relation Name")

@@ -401,7 +401,7 @@ _FAIR_READS = (("claim_fair", "tenant_schedule_runnable_idx"), ("claim_fair", "j
 CASES = (
     # A full claim: the sleepers first (woken at queue_vtime), then the walk from the whale.
     *(Case(f"claim_fair/{p}", "claim_fair", policy=p, served=(WHALE, *SLEEPERS),
-           functions=("queue_vtime", "claim_settle", "claim_share"), reads=_FAIR_READS)
+           functions=("queue_vtime", "claim_settle"), reads=_FAIR_READS)
       for p in ("round_robin", "weighted", "drr")),
     # Every due job held by another transaction: nothing is taken; the claim asks claim_head for
     # the tenants to wait for (with a policy that `waits`, in a second statement, as the Store).
@@ -526,13 +526,16 @@ def case_problems(case: Case, mode: str, out: Outcome) -> list[Problem]:
                                 f"served {sorted({r[2] for r in out.rows})}, not all of {case.served}"))
     # The plan mode is the one asked for. The values are literals in a custom plan and nowhere in
     # a generic one; a function's statements compare the queue to a literal or to $n.
-    literals = [f"'{q}'::text" for q in (QUEUE, HELD, CAPPED)]
+    # A queue's literal counts where a queue is compared or passed to a function, not after a
+    # comma: 'default' is also the default group's name (claim_fair's group lookup).
+    literals = [re.escape(f"'{q}'::text") for q in (QUEUE, HELD, CAPPED)]
     if out.ids:
-        literals.append("'{" + ",".join(map(str, out.ids)) + "}'::bigint[]")
+        literals.append(re.escape("'{" + ",".join(map(str, out.ids)) + "}'::bigint[]"))
+    custom = re.compile(r"(?<!, )(?:" + "|".join(literals) + ")")
     for x in out.logged:
         text = json.dumps(x.plan)
         got = {m for m, hit in (("generic", re.search(r"\bqueue = \$\d", text)),
-                                ("custom", any(lit in text for lit in literals))) if hit}
+                                ("custom", custom.search(text))) if hit}
         if x in top and not got:
             got = {"generic"}  # no value anywhere: they are parameters
         if got - {mode}:
@@ -655,6 +658,15 @@ def test_plan_holds(states: States, request: pytest.FixtureRequest, state: str, 
         raise KnownDefects(f"{sorted(found)}\n{listed}")
 
 
+def _statements() -> Iterator[str]:
+    """The packaged statements that take the schema alone (the others are not the claim path)."""
+    for name in sql.names():
+        try:
+            yield sql.statement(name, SCHEMA)
+        except KeyError:
+            continue
+
+
 def test_every_function_statement_is_checked(states: States) -> None:
     """The cases run every statement of every engine function (so each plan above is checked):
     the fair claims, the held claim (its short walk, claim_head), release_unstarted and the
@@ -668,8 +680,11 @@ def test_every_function_statement_is_checked(states: States) -> None:
     with psycopg.connect(dsn) as conn:
         sources = function_sources(conn)
     assert set(sources) >= {"queue_vtime", "claim_head", "claim_settle"}, sources.keys()
+    # claim_share stays in the database for workers of an earlier release during a rolling
+    # upgrade; no statement of this one calls it (claim_fair sums the weights itself).
+    assert not any(".claim_share(" in text for text in _statements())
     missing = [f"{f}: {stmt[:160]}" for f, body in sources.items() for stmt in function_statements(body)
-               if not any(text in stmt for text in seen.get(f, ()))]
+               if f != "claim_share" and not any(text in stmt for text in seen.get(f, ()))]
     assert missing == [], "\n".join(missing)
 
 
