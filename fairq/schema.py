@@ -299,6 +299,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     event.listen(md, "after_create", DDL(engine_functions_ddl(schema)))  # type: ignore[no-untyped-call]
     event.listen(md, "after_create", DDL(engine_functions_ddl(schema, 2)))  # type: ignore[no-untyped-call]
     event.listen(md, "after_create", DDL(engine_functions_ddl(schema, 3)))  # type: ignore[no-untyped-call]
+    event.listen(md, "after_create", DDL(engine_functions_ddl(schema, 4)))  # type: ignore[no-untyped-call]
     # The SQL enqueue (migration 0005), after the engine's functions it calls.
     event.listen(md, "after_create", DDL(enqueue_functions_ddl(schema)))  # type: ignore[no-untyped-call]
     return md
