@@ -416,3 +416,37 @@ def test_the_wait_skips_a_tenant_whose_last_job_went_while_it_waited(uncapped: S
     finally:
         holder_a.close()
         holder_b.close()
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_a_tenant_an_open_enqueue_adds_to_is_not_retired_with_its_last_job(uncapped: Store,
+                                                                           dsn: str,
+                                                                           policy: str) -> None:
+    """A producer's open transaction adds a job to "a", whose one committed job a claim then
+    takes. The claim cannot see the new job, so "a" looks empty; retiring it now would strand
+    that job once the producer commits (the producer saw "a" active and woke nobody). The
+    producer holds FOR KEY SHARE on a's row, so the claim's FOR UPDATE SKIP LOCKED skips it
+    and "a" stays runnable: after the commit the next claim takes the job. Without the
+    producer, the same claim retires "a" in the write that serves it."""
+    import psycopg
+
+    import fairq
+
+    fill(uncapped, {"a": 1, "b": 3})
+    app = fairq.App(dsn)
+    producer = psycopg.connect(dsn)
+    try:
+        app.enqueue("t", tenant="a", connection=producer)  # not committed yet
+        got = uncapped.claim(get_policy(policy), queue="default", batch=2, worker="w")
+        assert sorted(j.tenant for j in got) == ["a", "b"]
+        assert sql_rows(dsn, "SELECT active FROM fairq.tenant_schedule WHERE tenant = 'a'") \
+            == [(True,)]
+        producer.commit()
+        got = uncapped.claim(get_policy(policy), queue="default", batch=2, worker="w")
+        assert sorted(j.tenant for j in got) == ["a", "b"]
+    finally:
+        producer.close()
+        app.close()
+    # No producer now: a's last job goes, and a leaves the runnable set with it.
+    assert sql_rows(dsn, "SELECT active FROM fairq.tenant_schedule WHERE tenant = 'a'") \
+        == [(False,)]
