@@ -19,8 +19,11 @@
 --    holds is being served by it); each gives at most its weighted share of the batch, its
 --    free slots and, with a rate limit, its whole tokens (claim_room); the walk stops when the
 --    batch is full.
--- 3. With `wait` (the store's second statement, when the first came back empty): no sleepers,
---    no walk; claim_head waits for the first runnable tenant with a due job, holding nothing.
+-- 3. When the walk took nothing and the statement holds no lock (no transaction id yet: every
+--    row it could have locked was held), claim_head waits for the first runnable tenant with a
+--    due job, in this statement. Holding nothing, the wait cannot close a lock cycle. With
+--    `wait` (the store's second statement, when the first came back empty holding something:
+--    sleepers or walked tenants with nothing due) no sleepers, no walk, and the same wait.
 -- 4. The jobs are marked running, then claim_settle writes the tenants' counts and virtual times
 --    and takes every tenant served or walked past that has no due job left out of the runnable
 --    set. It is a function because it needs snapshots taken after this statement's locks.
@@ -82,7 +85,7 @@ cand AS (
         FOR NO KEY UPDATE OF ts SKIP LOCKED) r
     UNION ALL
     SELECT 2, h.row_, h.tenant, h.vtime, CASE WHEN %(by_weight)s THEN h.weight ELSE 1.0 END, h.room
-    FROM {schema}.claim_head(%(queue)s, 3) h WHERE %(wait)s
+    FROM {schema}.claim_head(%(queue)s, 3) h WHERE %(wait)s OR pg_current_xact_id_if_assigned() IS NULL
 ),
 taken AS MATERIALIZED (
     SELECT j.id, c.part, c.ctid, c.tenant, c.vtime,

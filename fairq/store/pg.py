@@ -311,7 +311,8 @@ class Store:
     # -- workers ------------------------------------------------------------------------
     def claim(self, policy: ClaimPlan, *, queue: str, batch: int, worker: str) -> list[ClaimedJob]:
         """Claim up to ``batch`` jobs of ``queue`` under ``policy``, committed: one statement, or
-        two when the first found nothing it could lock (the second waits for a held tenant).
+        two when the first came back empty while holding a lock (the second, holding nothing,
+        waits for a held tenant; a first statement that holds nothing waits itself).
 
         No state is kept between claims: what a claim does depends on the database alone.
         """
