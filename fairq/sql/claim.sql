@@ -81,6 +81,8 @@ cand AS (
         WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
           AND ts.vtime <= (SELECT r.hi FROM reach r) AND NOT %(wait)s
         ORDER BY ts.vtime, ts.tenant
+        -- A bound the walk never reaches in practice (it stops with the batch), there so the
+        -- planner reads the index in order instead of reading all of it and sorting.
         LIMIT 1000
         FOR NO KEY UPDATE OF ts SKIP LOCKED) r
     UNION ALL
@@ -139,7 +141,6 @@ settled AS MATERIALIZED (
 )
 SELECT c.* FROM claimed c
 WHERE (SELECT st.n FROM settled st) IS NOT NULL;
-
 
 -- name: claim_fifo
 -- The global order (priority, run_at, id), skipping tenants at their cap or without a token
