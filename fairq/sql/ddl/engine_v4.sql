@@ -5,7 +5,7 @@
 --
 -- Before, a tenant whose last due job a claim took was written twice by that claim: its running
 -- count and virtual time, then (locked again, probed again) its retirement; a tenant with one
--- job cost four row writes (enqueue aside: claim, retire, finish) against fifo's two. Now the
+-- job cost three row writes after its enqueue (claim, retire, finish) against fifo's two. Now the
 -- first write retires it too, when its row can be locked FOR UPDATE and it has no due job in a
 -- snapshot taken after that lock. Tenants with a rate limit keep the later path: their
 -- retirement also depends on their tokens after this claim (tenant_dry, token_due).
