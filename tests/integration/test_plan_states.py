@@ -404,7 +404,8 @@ CASES = (
            functions=("queue_vtime", "claim_settle"), reads=_FAIR_READS)
       for p in ("round_robin", "weighted", "drr")),
     # Every due job held by another transaction: nothing is taken; the claim asks claim_head for
-    # the tenants to wait for (with a policy that `waits`, in a second statement, as the Store).
+    # the tenants to wait for (in its own statement when it holds no lock, else in a second
+    # statement with `wait`, as the Store).
     Case("claim_fair/held", "claim_fair", queue=HELD, returned=0, hold_queue=True,
          functions=("claim_head", "claim_settle"),
          reads=(("claim_fair", "tenant_schedule_runnable_idx"), ("claim_head", "jobs_tenant_ready_idx"))),
