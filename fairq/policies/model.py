@@ -19,9 +19,11 @@ A fair claim (round_robin, weighted, drr) of batch ``B`` (docs/algorithm.md, "Th
    those with a free slot come first in the walk, in tenant order;
 2. then the runnable tenants in (vtime, tenant) order whose vtime is at most ``B`` ahead of the
    first runnable one (the window);
-3. gives each a share ``min(free slots, ceil(B * u / S))`` where ``u`` is its weight (or 1 when
-   the policy ignores weights) and ``S`` the sum of ``u`` over the first ``B`` candidates;
-4. walks them in order, taking up to its share of each one's due jobs, and stops as soon as the
+3. lets each give its due jobs while the job's start (the tenant's vtime before it, counting
+   ``unit / u`` per job, ``u`` its weight or 1 when the policy ignores weights, unit its first
+   due job's cost for drr, else 1) is within the window, at least one, up to its free slots:
+   no share of the batch per tenant, so a claim serves as few tenants as it can;
+4. walks them in order, taking that many of each one's due jobs, and stops as soon as the
    batch is full; if it took nothing, it walks the first three runnable
    tenants with a due job, whatever their vtime;
 5. advances each served tenant's vtime by ``unit / u`` per job (unit = the job's cost for drr,
@@ -42,7 +44,7 @@ Tenant groups: a group has a weight (``groups``; tenants without one are in ``"d
 weight 1). ``refresh_groups`` sets each group's factor to its weight over the summed weights of
 its active tenants (the database does it in a claim, at most once a second); a fair claim that
 uses weights uses ``weight * factor`` (1 when the group has none) in place of the weight, for
-the shares and the virtual-time increments alike.
+the virtual-time increments.
 
 fifo takes the first ``B`` due jobs in global (priority DESC, run_at, id) order among tenants
 with a free slot, then grants each tenant as many of them as it has free slots; it keeps no
@@ -323,8 +325,15 @@ class QueueModel:
         def units(t: ModelTenant) -> float:
             return self.effective_weight(t) if by_weight else 1.0
 
-        # 3. Shares over the first `batch` candidates.
-        total_units = sum(units(t) for t in candidates[:batch]) or 1.0
+        def budget(t: ModelTenant) -> int:
+            # 3. Jobs whose start (its vtime before the job, counting 1/u per job) is within
+            #    the window; at least one.
+            first = next(iter(self.due_jobs(t.name, now)), None)
+            if vmin is None or first is None:
+                return batch
+            unit = first.cost if by_cost else 1.0
+            return max(1, math.floor((vmin + batch - t.vtime) * units(t) / unit) + 1)
+
         walked: list[tuple[ModelTenant, list[ModelJob]]] = []
         count = 0
 
@@ -333,8 +342,8 @@ class QueueModel:
             for t in tenants:
                 if count >= batch:
                     break
-                share = min(t.room(now), math.ceil(batch * units(t) / total_units))
-                jobs = list(islice(self.due_jobs(t.name, now), min(share, batch - count)))
+                jobs = list(islice(self.due_jobs(t.name, now),
+                                   min(t.room(now), budget(t), batch - count)))
                 walked.append((t, jobs))
                 count += len(jobs)
 

@@ -16,9 +16,11 @@
 --    the walk: a job that fell due is claimable without waiting for any maintenance.
 -- 2. The walk: runnable tenants in (vtime, tenant) order, at most `window` of virtual time ahead
 --    of the first, each row locked as the walk reaches it, SKIP LOCKED (a tenant another claim
---    holds is being served by it); each gives at most its weighted share of the batch, its
---    free slots and, with a rate limit, its whole tokens (claim_room); the walk stops when the
---    batch is full.
+--    holds is being served by it); each gives the due jobs that start within the window
+--    (counting 1/weight per job), at least one, up to its free slots and, with a rate limit,
+--    its whole tokens (claim_room); the walk stops when the batch is full. No share of the
+--    batch per tenant: a claim serves as few tenants as it can, so it (and its finish) writes
+--    few tenant rows.
 -- 3. When the walk took nothing and the statement holds no lock (no transaction id yet: every
 --    row it could have locked was held), claim_head waits for the first runnable tenant with a
 --    due job, in this statement. Holding nothing, the wait cannot close a lock cycle. With
@@ -40,29 +42,6 @@ reach AS MATERIALIZED (
     SELECT ts.vtime + %(window)s AS hi FROM {schema}.tenant_schedule ts
     WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
     ORDER BY ts.vtime LIMIT 1
-),
--- The share denominator: the weights of the first `batch` tenants of the walk, read unlocked.
--- A weight `w` here and below is the one the policy counts: 1 without by_weight, else the
--- tenant's weight times its group's factor (group_schedule; 1 when it has none). Written out
--- rather than called (claim_terms, claim_share): a plpgsql call per tenant cost a fair claim
--- about a fifth of its database CPU. The unqualified names in the factor's subquery are
--- group_schedule's. Keep the statement under 4,096 bytes with the default schema: psycopg
--- caches the conversion of shorter statements only (tests/unit/test_sql_loader.py checks it).
-share AS MATERIALIZED (
-    SELECT coalesce(sum(w), 1.0) AS total FROM (
-        (SELECT CASE WHEN %(by_weight)s THEN sl.weight ELSE 1.0 END AS w FROM sleepers sl
-         WHERE sl.room > 0 ORDER BY sl.tenant)
-        UNION ALL
-        (SELECT CASE WHEN %(by_weight)s
-                THEN ts.weight * coalesce((SELECT factor FROM {schema}.group_schedule
-                                           WHERE queue = ts.queue
-                                             AND tenant_group = coalesce(ts.tenant_group, 'default')), 1.0)
-                ELSE 1.0 END
-         FROM {schema}.tenant_schedule ts
-         WHERE ts.queue = %(queue)s AND ts.active AND ts.running < ts.max_running
-           AND ts.vtime <= (SELECT r.hi FROM reach r)
-         ORDER BY ts.vtime, ts.tenant LIMIT %(batch)s)
-        LIMIT %(batch)s) x
 ),
 cand AS (
     (SELECT 0 AS part, sl.ctid, sl.tenant, NULL::float8 AS vtime,
@@ -92,14 +71,26 @@ cand AS (
 taken AS MATERIALIZED (
     SELECT j.id, c.part, c.ctid, c.tenant, c.vtime,
            CASE WHEN %(by_cost)s THEN j.cost ELSE 1.0 END / c.w AS inc
-    FROM cand c CROSS JOIN share s
+    FROM cand c
     CROSS JOIN LATERAL (
         SELECT q.id, q.cost
         FROM {schema}.jobs q
         WHERE q.queue = %(queue)s AND q.tenant = c.tenant
           AND q.status = 'queued' AND q.run_at <= now()
         ORDER BY q.priority DESC, q.run_at, q.id
-        LIMIT least(c.room, ceil(%(batch)s * c.w / s.total)::int)
+        -- Step 3: the jobs that start within the window, at least one. Each counts 1/w of
+        -- virtual time (drr: its first due job's cost / w); a sleeper starts at V, the first
+        -- runnable tenant's vtime (`hi` - window).
+        LIMIT least(c.room, greatest(1.0, coalesce(floor(
+                  ((SELECT r.hi FROM reach r)
+                   - coalesce(c.vtime, (SELECT r.hi FROM reach r) - %(window)s)) * c.w
+                  / CASE WHEN %(by_cost)s THEN
+                        (SELECT f.cost FROM {schema}.jobs f
+                         WHERE f.queue = %(queue)s AND f.tenant = c.tenant
+                           AND f.status = 'queued' AND f.run_at <= now()
+                         ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1)
+                    ELSE 1.0 END) + 1,
+                  c.room)))::int
         FOR UPDATE OF q SKIP LOCKED
     ) j
     LIMIT %(batch)s
