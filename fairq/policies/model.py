@@ -25,7 +25,7 @@ A fair claim (round_robin, weighted, drr) of batch ``B`` (docs/algorithm.md, "Th
    no share of the batch per tenant, so a claim serves as few tenants as it can;
 4. walks them in order, taking that many of each one's due jobs, and stops as soon as the
    batch is full; if it took nothing, it walks the first three runnable
-   tenants with a due job, whatever their vtime;
+   tenants with a due job, whatever their vtime, each up to its free slots;
 5. advances each served tenant's vtime by ``unit / u`` per job (unit = the job's cost for drr,
    else 1) and its ``running`` by the jobs taken;
 6. deactivates every walked tenant, and every sleeper, left with no due job (``wake_at`` = its
@@ -337,13 +337,13 @@ class QueueModel:
         walked: list[tuple[ModelTenant, list[ModelJob]]] = []
         count = 0
 
-        def walk(tenants: list[ModelTenant]) -> None:
+        def walk(tenants: list[ModelTenant], *, bounded: bool = True) -> None:
             nonlocal count
             for t in tenants:
                 if count >= batch:
                     break
-                jobs = list(islice(self.due_jobs(t.name, now),
-                                   min(t.room(now), budget(t), batch - count)))
+                most = min(t.room(now), budget(t) if bounded else batch, batch - count)
+                jobs = list(islice(self.due_jobs(t.name, now), most))
                 walked.append((t, jobs))
                 count += len(jobs)
 
@@ -353,7 +353,7 @@ class QueueModel:
         #    first three runnable tenants with a due job, whatever their virtual time.
         if count == 0:
             walk([t for t in sorted(self.runnable(), key=attrgetter("vtime", "name"))
-                  if self.has_due(t.name, now) and t.room(now) > 0][:3])
+                  if self.has_due(t.name, now) and t.room(now) > 0][:3], bounded=False)
 
         claimed: list[int] = []
         for t, jobs in walked:

@@ -80,8 +80,9 @@ taken AS MATERIALIZED (
         ORDER BY q.priority DESC, q.run_at, q.id
         -- Step 3: the jobs that start within the window, at least one. Each counts 1/w of
         -- virtual time (drr: its first due job's cost / w); a sleeper starts at V, the first
-        -- runnable tenant's vtime (`hi` - window).
-        LIMIT least(c.room, greatest(1.0, coalesce(floor(
+        -- runnable tenant's vtime (`hi` - window). The wait (part 2) takes up to its room: its
+        -- row may be newer than `hi` (another claim served it while this one waited).
+        LIMIT least(c.room, CASE WHEN c.part = 2 THEN c.room ELSE greatest(1.0, coalesce(floor(
                   ((SELECT r.hi FROM reach r)
                    - coalesce(c.vtime, (SELECT r.hi FROM reach r) - %(window)s)) * c.w
                   / CASE WHEN %(by_cost)s THEN
@@ -90,7 +91,7 @@ taken AS MATERIALIZED (
                            AND f.status = 'queued' AND f.run_at <= now()
                          ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1)
                     ELSE 1.0 END) + 1,
-                  c.room)))::int
+                  c.room)) END)::int
         FOR UPDATE OF q SKIP LOCKED
     ) j
     LIMIT %(batch)s

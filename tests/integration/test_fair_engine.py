@@ -298,15 +298,20 @@ def test_claim_that_waited_for_held_tenant_rows_claims_with_exact_counts(
     assert running_mismatch(dsn) == []
 
 
-@pytest.mark.parametrize("room_left", [100, 5])
+@pytest.mark.parametrize(("room_left", "holder_serves", "wait"),
+                         [(100, False, True), (5, False, True), (100, True, True),
+                          (100, True, False)])
 def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
-        store: Store, dsn: str, room_left: int) -> None:
+        store: Store, dsn: str, room_left: int, holder_serves: bool, wait: bool) -> None:
     """One busy tenant whose row another session holds (a claim or a finish of another worker):
-    the fair claim's second statement waits for the row instead of coming back empty, then
-    grants what fits under the cap as it is after the wait.
+    the fair claim waits for the row instead of coming back empty (in its first statement when
+    it holds nothing, or in the store's second, `wait`), then grants what fits under the cap as
+    it is after the wait.
 
     room_left 100: the holder commits without changing the row; B gets its 10 jobs.
-    room_left 5: the holder leaves the tenant 5 free slots; B gets exactly 5."""
+    room_left 5: the holder leaves the tenant 5 free slots; B gets exactly 5.
+    holder_serves: the holder moves the tenant's vtime a window on, as a claim does; B still
+    gets 10, not the one job a window measured from its older snapshot would allow."""
     import psycopg
 
     from fairq import sql
@@ -315,7 +320,7 @@ def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
     store.set_tenants([TenantConfig("t", 2.0, 100)])
     fill(store, {"t": 30})
     params = get_policy("weighted").claim_params(queue="default", batch=10, worker="b")
-    params["wait"] = True  # the store's second statement, after the first found the row held
+    params["wait"] = wait  # True: the store's second statement, after the first found it held
     text = sql.statement("claim_fair", "fairq")
     before = sql_rows(dsn, "SELECT running, vtime FROM fairq.tenant_schedule WHERE tenant = 't'")[0]
     a = psycopg.connect(dsn, options=planner_options())
@@ -329,6 +334,8 @@ def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
         if room_left < 100:
             a.execute("UPDATE fairq.tenant_schedule SET max_running = running + %s "
                       "WHERE tenant = 't'", (room_left,))
+        if holder_serves:
+            a.execute("UPDATE fairq.tenant_schedule SET vtime = vtime + 10 WHERE tenant = 't'")
         a.commit()
     finally:
         a.close()  # releases the row even when an assertion failed, so B can finish
@@ -339,7 +346,8 @@ def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
                                    "WHERE tenant = 't'")[0]
     want = min(10, room_left)
     assert len(got) == want
-    assert (running, vtime) == (before[0] + want, before[1] + want / 2.0)
+    assert (running, vtime) == (before[0] + want,
+                                before[1] + (10 if holder_serves else 0) + want / 2.0)
     assert running_mismatch(dsn) == []
 
 
