@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 
 from fairq.observe import WorkerObserver
+from fairq.runtime.background import Background
 from fairq.runtime.state import Completion, Shared, log
 from fairq.store import Store
 from fairq.store.errors import DatabaseError, LockNotAvailable, OperationalError, PoolTimeout
@@ -35,22 +36,17 @@ class Finisher:
         self.observer = observer
         self.durable = durable
         self.max_backoff = max_backoff
-        self._thread: threading.Thread | None = None
-        self._exit = threading.Event()
+        self._background = Background("fairq-finisher", self._loop, shared.finish_wake)
+        self._exit = self._background.exit
         self._stuck: set[tuple[str, str]] = set()  # (queue, tenant) whose row another tx holds
         self._recent: deque[tuple[float, list[Completion]]] = deque()
         self.replay_wanted = threading.Event()  # set after a lost connection
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="fairq-finisher", daemon=True)
-        self._thread.start()
+        self._background.start()
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._exit.set()
-            self.shared.finish_wake.set()
-            self._thread.join(timeout=5.0)
-            self._thread = None
+        self._background.stop()
 
     def _loop(self) -> None:
         """Write completions as they come, until the threads shut down.

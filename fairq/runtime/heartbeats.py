@@ -4,11 +4,11 @@ of the control thread, cannot let them expire."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
 from fairq.job import Job
+from fairq.runtime.background import Background
 from fairq.runtime.state import Shared, log
 from fairq.store import Store
 from fairq.store.errors import DatabaseError, LockNotAvailable, PoolTimeout
@@ -22,23 +22,18 @@ class Heartbeats:
         self.shared = shared
         self._store = store
         self.interval = interval
-        self._thread: threading.Thread | None = None
-        self._exit = threading.Event()
+        self._background = Background("fairq-heartbeat", self._loop, shared.heartbeat_wake)
+        self._exit = self._background.exit
 
     def every(self, job: Job) -> float:
         """Seconds between two extensions of ``job``'s lease: a third of it unless set."""
         return self.interval or max(0.1, job.lease_seconds / 3.0)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="fairq-heartbeat", daemon=True)
-        self._thread.start()
+        self._background.start()
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._exit.set()
-            self.shared.heartbeat_wake.set()
-            self._thread.join(timeout=5.0)
-            self._thread = None
+        self._background.stop()
 
     def _loop(self) -> None:
         """Extend the leases of running jobs when they are due, whatever the control thread is
