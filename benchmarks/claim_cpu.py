@@ -113,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs-per-round", type=int, default=4000)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--uprobes", action="store_true")
+    ap.add_argument("--statements", action="store_true",
+                    help="load pg_stat_statements (track = all) and print, per policy, where "
+                         "its backends' execution time went, nested statements included")
     args = ap.parse_args(argv)
     pols = [p for p in args.policies.split(",") if p] + [add_variant(v) for v in args.variant]
     uprobes = args.uprobes and probes_ready()
@@ -120,8 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from tests.support import pgcluster
 
-    cluster = pgcluster.start(Path(tempfile.mkdtemp(prefix="claim_cpu-")), options={
-        "fsync": "on", "synchronous_commit": "on", "shared_buffers": "128MB"})
+    options = {"fsync": "on", "synchronous_commit": "on", "shared_buffers": "128MB"}
+    if args.statements:
+        options |= {"shared_preload_libraries": "pg_stat_statements",
+                    "pg_stat_statements.track": "all"}
+    cluster = pgcluster.start(Path(tempfile.mkdtemp(prefix="claim_cpu-")), options=options)
+    spent: dict[str, list[tuple[str, int, float]]] = {}
     try:
         backlog = len(pols) * (args.repeats + 2) * args.jobs_per_round + 20 * args.tenants
         db = cb.load_size(cluster.dsn, args.tenants, backlog, 100_000)
@@ -140,9 +147,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cb.run_round(stores, p, queue, 300, 10)
             for rep in range(args.repeats):
                 for p in pols[rep % len(pols):] + pols[:rep % len(pols)]:
+                    if args.statements:
+                        statements_reset(dsn)
                     b0, py0, m0 = sum(map(proc_cpu, pids)), time.process_time(), machine_cpu()
                     f0 = sum(map(proc_faults, pids))
                     r = cb.run_round(stores, p, queue, args.jobs_per_round, 10)
+                    if args.statements and rep == args.repeats - 1:
+                        spent[p] = statements_read(dsn, r.jobs)
                     b1, py1, m1 = sum(map(proc_cpu, pids)), time.process_time(), machine_cpu()
                     f1 = sum(map(proc_faults, pids))
                     per_k = 1000 / r.jobs
@@ -175,7 +186,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             line += f" {pr.get('EvalPlanQualBegin', float('nan')):.1f} |"
             line += f" {pr.get('ExecInitNode', float('nan')):.0f} |"
         print(line)
+    for p, top in spent.items():
+        print(f"\n{p}: execution time per 1,000 jobs by statement (last round; nested "
+              "statements are inside their callers' time too)\n")
+        print("| ms / 1,000 jobs | calls / 1,000 jobs | statement |\n|---|---|---|")
+        for text, calls, ms in top:
+            print(f"| {ms:.1f} | {calls:.0f} | `{text}` |")
     return 0
+
+
+def statements_reset(dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def statements_read(dsn: str, jobs: int) -> list[tuple[str, int, float]]:
+    """The 15 statements with the most execution time, per 1,000 jobs."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT regexp_replace(left(query, 90), '\\s+', ' ', 'g'), calls, total_exec_time "
+            "FROM pg_stat_statements WHERE query NOT LIKE '%%pg_stat_statements%%' "
+            "ORDER BY total_exec_time DESC LIMIT 15").fetchall()
+    return [(str(q).replace("|", "/"), int(c * 1000 / jobs), float(t) * 1000 / jobs)
+            for q, c, t in rows]
 
 
 if __name__ == "__main__":
