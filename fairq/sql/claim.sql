@@ -22,8 +22,8 @@
 --    batch per tenant: a claim serves as few tenants as it can, so it (and its finish) writes
 --    few tenant rows.
 -- 3. When the walk took nothing and the statement holds no lock (no transaction id yet: every
---    row it could have locked was held), claim_head waits for the first runnable tenant with a
---    due job, in this statement. Holding nothing, the wait cannot close a lock cycle. With
+--    row it could have locked was held), claim_wait waits for the first runnable tenant with a
+--    due job and picks its jobs, in this statement. Holding nothing, the wait cannot close a lock cycle. With
 --    `wait` (the store's second statement, when the first came back empty holding something:
 --    sleepers or walked tenants with nothing due) no sleepers, no walk, and the same wait.
 -- 4. The jobs are marked running, then claim_settle writes the tenants' counts and virtual times
@@ -64,12 +64,9 @@ cand AS (
         -- planner reads the index in order instead of reading all of it and sorting.
         LIMIT 1000
         FOR NO KEY UPDATE OF ts SKIP LOCKED) r
-    UNION ALL
-    SELECT 2, h.row_, h.tenant, h.vtime, CASE WHEN %(by_weight)s THEN h.weight ELSE 1.0 END, h.room
-    FROM {schema}.claim_head(%(queue)s, 3) h WHERE %(wait)s OR pg_current_xact_id_if_assigned() IS NULL
 ),
 taken AS MATERIALIZED (
-    SELECT j.id, c.part, c.ctid, c.tenant, c.vtime,
+    (SELECT j.id, c.part, c.ctid, c.tenant, c.vtime,
            CASE WHEN %(by_cost)s THEN j.cost ELSE 1.0 END / c.w AS inc
     FROM cand c
     CROSS JOIN LATERAL (
@@ -80,9 +77,8 @@ taken AS MATERIALIZED (
         ORDER BY q.priority DESC, q.run_at, q.id
         -- Step 3: the jobs that start within the window, at least one. Each counts 1/w of
         -- virtual time (drr: its first due job's cost / w); a sleeper starts at V, the first
-        -- runnable tenant's vtime (`hi` - window). The wait (part 2) takes up to its room: its
-        -- row may be newer than `hi` (another claim served it while this one waited).
-        LIMIT least(c.room, CASE WHEN c.part = 2 THEN c.room ELSE greatest(1.0, coalesce(floor(
+        -- runnable tenant's vtime (`hi` - window).
+        LIMIT least(c.room, greatest(1.0, coalesce(floor(
                   ((SELECT r.hi FROM reach r)
                    - coalesce(c.vtime, (SELECT r.hi FROM reach r) - %(window)s)) * c.w
                   / CASE WHEN %(by_cost)s THEN
@@ -91,10 +87,17 @@ taken AS MATERIALIZED (
                            AND f.status = 'queued' AND f.run_at <= now()
                          ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1)
                     ELSE 1.0 END) + 1,
-                  c.room)) END)::int
+                  c.room)))::int
         FOR UPDATE OF q SKIP LOCKED
     ) j
-    LIMIT %(batch)s
+    LIMIT %(batch)s)
+    UNION ALL
+    -- Step 5, the wait (claim_wait: its jobs are picked after its row is held, up to its room;
+    -- not bounded by the window, as the claim it waited for has just moved its vtime).
+    SELECT h.id, 2, h.row_, h.tenant, h.vtime, CASE WHEN %(by_cost)s THEN h.cost ELSE 1.0 END
+           / CASE WHEN %(by_weight)s THEN h.weight ELSE 1.0 END
+    FROM {schema}.claim_wait(%(queue)s, %(batch)s) h
+    WHERE %(wait)s OR pg_current_xact_id_if_assigned() IS NULL
 ),
 claimed AS (
     UPDATE {schema}.jobs j
