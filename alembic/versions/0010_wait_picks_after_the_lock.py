@@ -38,5 +38,11 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute(sa.text(f'DROP FUNCTION "{_schema()}".claim_wait(text, int)')
+    s = _schema()
+    v4 = _ddl(4)  # its claim_settle
+    start = v4.index("CREATE OR REPLACE FUNCTION {schema}.claim_settle(")
+    end = v4.index("\n$$;", start) + 4
+    op.execute(sa.text(v4[start:end].replace("{schema}", f'"{s}"'))
+               .execution_options(no_parameters=True))
+    op.execute(sa.text(f'DROP FUNCTION "{s}".claim_wait(text, int)')
                .execution_options(no_parameters=True))

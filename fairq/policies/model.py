@@ -329,10 +329,12 @@ class QueueModel:
             # 3. Jobs whose start (its vtime before the job, counting 1/u per job) is within
             #    the window; at least one.
             first = next(iter(self.due_jobs(t.name, now)), None)
-            if vmin is None or first is None:
+            if first is None:
                 return batch
             unit = first.cost if by_cost else 1.0
-            return max(1, math.floor((vmin + batch - t.vtime) * units(t) / unit) + 1)
+            # A sleeper starts at V: a whole window, also when no tenant was runnable (no vmin).
+            start = vmin if vmin is not None else t.vtime
+            return max(1, math.floor((start + batch - t.vtime) * units(t) / unit) + 1)
 
         walked: list[tuple[ModelTenant, list[ModelJob]]] = []
         count = 0

@@ -67,27 +67,29 @@ cand AS (
 ),
 taken AS MATERIALIZED (
     (SELECT j.id, c.part, c.ctid, c.tenant, c.vtime,
-           CASE WHEN %(by_cost)s THEN j.cost ELSE 1.0 END / c.w AS inc
+           CASE WHEN %(by_cost)s THEN j.cost ELSE 1.0 END / c.w AS inc, b.n AS most
     FROM cand c
+    -- Step 3: the jobs that start within the window, at least one. Each counts 1/w of virtual
+    -- time (drr: its first due job's cost / w); a sleeper starts at V, the first runnable
+    -- tenant's vtime (`hi` - window), so a whole window, also when no tenant is runnable (no
+    -- `hi`). OFFSET 0: computed once, for the pick and for `served`.
     CROSS JOIN LATERAL (
-        SELECT q.id, q.cost
-        FROM {schema}.jobs q
-        WHERE q.queue = %(queue)s AND q.tenant = c.tenant
-          AND q.status = 'queued' AND q.run_at <= now()
-        ORDER BY q.priority DESC, q.run_at, q.id
-        -- Step 3: the jobs that start within the window, at least one. Each counts 1/w of
-        -- virtual time (drr: its first due job's cost / w); a sleeper starts at V, the first
-        -- runnable tenant's vtime (`hi` - window).
-        LIMIT least(c.room, greatest(1.0, coalesce(floor(
-                  ((SELECT r.hi FROM reach r)
-                   - coalesce(c.vtime, (SELECT r.hi FROM reach r) - %(window)s)) * c.w
+        SELECT least(c.room, greatest(1.0, coalesce(floor(
+                  coalesce((SELECT r.hi FROM reach r) - c.vtime, %(window)s) * c.w
                   / CASE WHEN %(by_cost)s THEN
                         (SELECT f.cost FROM {schema}.jobs f
                          WHERE f.queue = %(queue)s AND f.tenant = c.tenant
                            AND f.status = 'queued' AND f.run_at <= now()
                          ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1)
                     ELSE 1.0 END) + 1,
-                  c.room)))::int
+                  c.room)))::int AS n OFFSET 0) b
+    CROSS JOIN LATERAL (
+        SELECT q.id, q.cost
+        FROM {schema}.jobs q
+        WHERE q.queue = %(queue)s AND q.tenant = c.tenant
+          AND q.status = 'queued' AND q.run_at <= now()
+        ORDER BY q.priority DESC, q.run_at, q.id
+        LIMIT b.n
         FOR UPDATE OF q SKIP LOCKED
     ) j
     LIMIT %(batch)s)
@@ -95,7 +97,7 @@ taken AS MATERIALIZED (
     -- Step 5, the wait (claim_wait: its jobs are picked after its row is held, up to its room;
     -- not bounded by the window, as the claim it waited for has just moved its vtime).
     SELECT h.id, 2, h.row_, h.tenant, h.vtime, CASE WHEN %(by_cost)s THEN h.cost ELSE 1.0 END
-           / CASE WHEN %(by_weight)s THEN h.weight ELSE 1.0 END
+           / CASE WHEN %(by_weight)s THEN h.weight ELSE 1.0 END, NULL
     FROM {schema}.claim_wait(%(queue)s, %(batch)s) h
     WHERE %(wait)s OR pg_current_xact_id_if_assigned() IS NULL
 ),
@@ -108,15 +110,22 @@ claimed AS (
               j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until
 ),
 -- Per served tenant: its row, jobs, virtual time, and whether it looks empty now (no other due
--- job in this statement's snapshot; claim_settle decides it again under a lock).
+-- job in this statement's snapshot; claim_settle decides it again under a lock). A walked
+-- tenant that gave fewer jobs than its pick allowed had no more, unless it was the last one
+-- and the batch cut it short; the others are asked.
 served AS MATERIALIZED (
     SELECT t.ctid, t.tenant, max(t.part) AS part, max(t.vtime) AS vtime, count(*)::int AS n,
            sum(t.inc) AS inc,
-           (SELECT true FROM {schema}.jobs q
-            WHERE q.queue = %(queue)s AND q.tenant = t.tenant
-              AND q.status = 'queued' AND q.run_at <= now()
-              AND q.id <> ALL (array_agg(t.id))
-            LIMIT 1) IS NULL AS looks_empty
+           CASE WHEN count(*) < max(t.most) AND NOT (
+                    (SELECT count(*) FROM taken) >= %(batch)s
+                    AND t.tenant = (SELECT l.tenant FROM taken l ORDER BY l.part DESC,
+                                    l.vtime DESC, l.tenant DESC LIMIT 1))
+                THEN true
+                ELSE (SELECT true FROM {schema}.jobs q
+                      WHERE q.queue = %(queue)s AND q.tenant = t.tenant
+                        AND q.status = 'queued' AND q.run_at <= now()
+                        AND q.id <> ALL (array_agg(t.id))
+                      LIMIT 1) IS NULL END AS looks_empty
     FROM taken t GROUP BY t.ctid, t.tenant
 ),
 -- Where the walk stopped in the runnable index, if it filled the batch there.
