@@ -98,7 +98,7 @@ taken AS MATERIALIZED (
     -- not bounded by the window, as the claim it waited for has just moved its vtime).
     SELECT h.id, 2, h.row_, h.tenant, h.vtime, CASE WHEN %(by_cost)s THEN h.cost ELSE 1.0 END
            / CASE WHEN %(by_weight)s THEN h.weight ELSE 1.0 END, NULL
-    FROM {schema}.claim_wait(%(queue)s, %(batch)s) h
+    FROM {schema}.claim_wait(%(queue)s, %(batch)s::int) h
     WHERE %(wait)s OR pg_current_xact_id_if_assigned() IS NULL
 ),
 claimed AS (
@@ -125,7 +125,7 @@ served AS MATERIALIZED (
                       WHERE q.queue = %(queue)s AND q.tenant = t.tenant
                         AND q.status = 'queued' AND q.run_at <= now()
                         AND q.id <> ALL (array_agg(t.id))
-                      LIMIT 1) IS NULL END AS looks_empty
+                      LIMIT 1) IS NULL END AS emptied
     FROM taken t GROUP BY t.ctid, t.tenant
 ),
 -- Where the walk stopped in the runnable index, if it filled the batch there.
@@ -140,7 +140,7 @@ settled AS MATERIALIZED (
         (SELECT r.hi FROM reach r), (SELECT st.vtime FROM stop st), (SELECT st.tenant FROM stop st),
         array(SELECT sv.ctid FROM served sv), array(SELECT sv.tenant FROM served sv),
         array(SELECT sv.n FROM served sv), array(SELECT sv.inc FROM served sv),
-        array(SELECT sv.tenant FROM served sv WHERE sv.looks_empty),
+        array(SELECT sv.tenant FROM served sv WHERE sv.emptied),
         array(SELECT sl.ctid FROM sleepers sl), array(SELECT sl.tenant FROM sleepers sl)) AS n
 )
 SELECT c.* FROM claimed c

@@ -183,7 +183,8 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 ENGINE_FUNCTIONS = ("queue_vtime", "claim_share", "claim_head", "claim_wait", "claim_settle",
                     "eff_weight", "claim_terms", "groups_due")
 FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
-                 f"(SELECT count(*) FROM {SCHEMA}.claim_head(%(queue)s, 3)) AS head")
+                 f"(SELECT count(*) FROM {SCHEMA}.claim_head(%(queue)s, 3)) AS head, "
+                 f"(SELECT count(*) FROM {SCHEMA}.claim_wait(%(queue)s, 3)) AS waited")
 END_MARK = "SELECT 'plan-states: end of case'"
 _TOP = re.compile(r"^-- fairq (\w+)")
 _TENANT_EQ = re.compile(r"\btenant = ")
@@ -418,9 +419,11 @@ CASES = (
            functions=("queue_vtime",) if s == "release_unstarted" else ())
       for s in FINISHES),
     # queue_vtime on a queue whose every tenant is capped (its second query), claim_head directly
-    # (no claim calls it now; it stays for workers of the earlier release).
-    Case("functions", "functions", returned=1, functions=("queue_vtime", "claim_head"),
-         reads=(("claim_head", "jobs_tenant_ready_idx"), ("queue_vtime", "tenant_schedule_capped_idx"))),
+    # (no claim calls it now; it stays for workers of the earlier release), claim_wait directly
+    # on a queue with jobs to pick (the held claim's finds none).
+    Case("functions", "functions", returned=1, functions=("queue_vtime", "claim_head", "claim_wait"),
+         reads=(("claim_head", "jobs_tenant_ready_idx"), ("claim_wait", "jobs_tenant_ready_idx"),
+                ("queue_vtime", "tenant_schedule_capped_idx"))),
 )
 CASE = {c.name: c for c in CASES}
 
@@ -672,7 +675,8 @@ def _statements() -> Iterator[str]:
 def test_every_function_statement_is_checked(states: States) -> None:
     """The cases run every statement of every engine function (so each plan above is checked):
     the fair claims, the held claim (its short walk, claim_wait), release_unstarted and the
-    direct calls (queue_vtime's capped query, claim_head's later tenants) between them."""
+    direct calls (queue_vtime's capped query, claim_head's later tenants, claim_wait with jobs
+    to pick) between them."""
     dsn = states.dsn("fresh")
     with psycopg.connect(dsn) as conn:
         sources = function_sources(conn)
