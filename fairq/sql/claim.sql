@@ -23,7 +23,8 @@
 --    few tenant rows.
 -- 3. When the walk took nothing and the statement holds no lock (no transaction id yet: every
 --    row it could have locked was held), claim_wait waits for the first runnable tenant with a
---    due job and picks its jobs, in this statement. Holding nothing, the wait cannot close a lock cycle. With
+--    due job and picks its jobs, in this statement. Holding no tenant row, the wait cannot close
+--    a lock cycle (engine_v6.sql). With
 --    `wait` (the store's second statement, when the first came back empty holding something:
 --    sleepers or walked tenants with nothing due) no sleepers, no walk, and the same wait.
 -- 4. The jobs are marked running, then claim_settle writes the tenants' counts and virtual times
