@@ -70,9 +70,13 @@ The worker is ``fairq worker benchmarks.drain_matrix:app --concurrency 8 --until
 The sampler's query and scrape cost the machine a little CPU (a larger ``--sample-interval``
 costs less); on a small or shared machine, run ``--repeats`` 3 or more before trusting a ratio.
 With ``--repeats`` above 1 the table shows medians of seconds and jobs/s, and empty claims with
-work summed over the repeats. The target the project aims at, reported against and not assumed:
-every fair policy >= 0.9x fifo on every shape, every job done, zero empty claims while work is
-claimable. Exit status: 1 if any job was left undone (or a worker failed or timed out), else 0.
+work summed over the repeats; next to the ratio of the medians, the median of each repeat's ratio
+to its own fifo run (paired). ``--control`` runs fifo a second time in every (repeat, shape) and
+reports it as ``fifo_control``: the spread between two runs of the same statement is the
+machine's noise, the yardstick for a ratio near the target. The target the project aims at,
+reported against and not assumed: every fair policy >= 0.9x fifo on every shape, every job
+done, zero empty claims while work is claimable. Exit status: 1 if any job was left undone
+(or a worker failed or timed out), else 0.
 """
 
 from __future__ import annotations
@@ -106,6 +110,9 @@ SCHEMA = "fairq"
 TASK = "noop"
 DEFAULT_CAP = 100_000
 POLICIES = ("fifo", "round_robin", "weighted", "drr")
+# --control: fifo once more in every (repeat, shape), reported as a policy of its own: how far
+# two runs of the same statement land apart on this machine, against the target's 0.1.
+CONTROL = "fifo_control"
 TARGET_RATIO = 0.9
 EXIT_MARGIN_S = 0.05
 
@@ -378,7 +385,8 @@ def _run_once(admin: str, shape: str, policy: str, args: argparse.Namespace,
             a.enqueue_many(TASK, pre_items(plan))
         port = free_port()
         cmd = [*fairq_command(), "worker", "benchmarks.drain_matrix:app", "--dsn", dsn,
-               "--concurrency", str(args.concurrency), "--until-empty", "--policy", policy,
+               "--concurrency", str(args.concurrency), "--until-empty",
+               "--policy", "fifo" if policy == CONTROL else policy,
                "--metrics-port", str(port)]
         # All tenants' metric series folded into one: a scrape stays small (a few KB, not 90),
         # so sampling it ten times a second costs the worker little.
@@ -595,8 +603,18 @@ def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]
                 fifo_rate = row["jobs_per_s"]
             rows.append(row)
         fifo_ok = any(r["shape"] == shape and r["policy"] == "fifo" and r["all_done"] for r in rows)
+        fifo_by_rep = {r["repeat"]: r for r in runs
+                       if r["shape"] == shape and r["policy"] == "fifo"}
         for row in rows:
             if row["shape"] == shape:
+                # Each repeat's ratio to the fifo run next to it, then their median: the
+                # machine's drift between repeats cancels (the ratio of medians below does not).
+                paired = [r["jobs_per_s"] / f["jobs_per_s"] for r in runs
+                          if r["shape"] == shape and r["policy"] == row["policy"]
+                          and (f := fifo_by_rep.get(r.get("repeat"))) is not None
+                          and r["all_done"] and f["all_done"] and r.get("jobs_per_s")
+                          and f.get("jobs_per_s")]
+                row["x_fifo_paired"] = statistics.median(paired) if paired else None
                 # A rate over part of the jobs is no throughput: no ratio unless both finished.
                 row["x_fifo"] = (row["jobs_per_s"] / fifo_rate
                                  if fifo_rate and fifo_ok and row["all_done"] and row["jobs_per_s"]
@@ -641,6 +659,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         ratio = "-" if r["policy"] == "fifo" else f(r["x_fifo"], ".2f") + ("x" if r["x_fifo"] else "")
         if r["policy"] != "fifo" and r["x_fifo"] is None:
             ratio = "n/a (undone)"
+        elif r["policy"] != "fifo" and r["repeats"] > 1 and r.get("x_fifo_paired") is not None:
+            ratio += f" (paired {r['x_fifo_paired']:.2f}x)"
         ewk = ("n/a" if r["empty_claims_with_work"] is None else
                f"{r['empty_claims_with_work']} ({r['empty_claims_with_uncapped_work']})")
         lines.append(
@@ -651,7 +671,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def target_report(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    fair = [r for r in rows if r["policy"] != "fifo"]
+    fair = [r for r in rows if r["policy"] not in ("fifo", CONTROL)]
+    control = [r for r in rows if r["policy"] == CONTROL and r["x_fifo"] is not None]
     slow = [r for r in fair if r["x_fifo"] is not None and r["x_fifo"] < TARGET_RATIO]
     no_ratio = [r for r in fair if r["x_fifo"] is None]
     undone = [r for r in rows if not r["all_done"]]
@@ -683,6 +704,13 @@ def target_report(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                + (f" (not measured for: {names(unknown)})" if unknown else "")
                + ("; not judged, only a small-capped tenant's jobs at both ends of the interval: "
                   + names(capped_only, "empty_claims_with_work") if capped_only else ""))
+    if control:
+        lo, hi = min(r["x_fifo"] for r in control), max(r["x_fifo"] for r in control)
+        out.append(f"- noise: fifo run twice ({CONTROL}), its second run x its first: "
+                   f"{lo:.2f}x .. {hi:.2f}x over the shapes"
+                   + (f" (paired: {min(p):.2f}x .. {max(p):.2f}x)"
+                      if (p := [r["x_fifo_paired"] for r in control
+                                if r.get("x_fifo_paired") is not None]) else ""))
     verdict = {"ratio_met": not slow and not no_ratio, "all_done_met": not undone,
                "no_empty_claims_met": not empties and not unknown}
     return "\n".join(out), verdict
@@ -704,11 +732,16 @@ def main() -> int:
     p.add_argument("--idle-timeout", type=float, default=30.0, metavar="S",
                    help="per run: SIGTERM the worker when no job finished and the claimable "
                         "count did not change for this long (reported as hung)")
+    p.add_argument("--control", action="store_true",
+                   help=f"run fifo a second time in every (repeat, shape), as {CONTROL}: the "
+                        "machine's own spread between two runs of one statement")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     policies = [s.strip() for s in args.policies.split(",") if s.strip()]
     bad = [s for s in shapes if s not in SHAPES] + [x for x in policies if x not in POLICIES]
+    if args.control and "fifo" in policies:
+        policies.append(CONTROL)
     if bad or args.scale <= 0 or args.repeats < 1:
         p.error(f"unknown shape/policy {bad} (shapes: {', '.join(SHAPES)}; "
                 f"policies: {', '.join(POLICIES)}), or bad --scale/--repeats")

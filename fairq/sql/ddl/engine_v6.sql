@@ -14,8 +14,10 @@
 -- the wait also takes the pick out of the time the tenant's row is held: with one tenant and
 -- four claimers, every claim and finish queues for that row.
 --
--- Holding only queued jobs' locks while it waits cannot close a lock cycle: every statement that
--- locks a queued job does so with SKIP LOCKED, so no one ever waits for one.
+-- Holding only queued jobs' locks while it waits cannot close a lock cycle: the statements that
+-- lock queued jobs skip a locked one (claims, cancel_tenant, retries), except the single-job
+-- cancel, which waits but holds no tenant row this wait could need (a producer's transaction
+-- holds the rows of the idle tenants it wakes, and the wait is only for runnable ones).
 
 -- The first runnable tenant with a due job and room, in (vtime, tenant) order, that still has
 -- room once its row is held: its row (held) and up to least(room, lim) of its due jobs (locked

@@ -1,0 +1,45 @@
+"""The drain matrix's report (benchmarks/drain_matrix.py): ratios per repeat and the control."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import drain_matrix as dm
+
+
+def _run(policy: str, rep: int, rate: float, done: bool = True) -> dict[str, Any]:
+    return {"shape": "equal10", "policy": policy, "repeat": rep, "jobs": 100, "seconds": 100 / rate,
+            "jobs_per_s": rate, "all_done": done, "undone": 0 if done else 1,
+            "queued_stranded": 0, "running_left": 0, "queued_after_exit": 0,
+            "empty_claims_with_work": 0, "empty_claims_with_uncapped_work": 0,
+            "longest_stall_s": 0.0, "exit_code": 0, "stopped": None, "claim_errors": 0,
+            "analyzed": False}
+
+
+def test_paired_ratio_is_the_median_of_each_repeats_ratio_to_its_own_fifo_run() -> None:
+    # The machine slows down in repeat 2: the ratio of medians (100 / 200 = 0.5) calls weighted
+    # half as fast, while in every repeat it ran at 0.9x or better of the fifo run beside it.
+    runs = [_run("fifo", 0, 200), _run("weighted", 0, 190),
+            _run("fifo", 1, 200), _run("weighted", 1, 180),
+            _run("fifo", 2, 50), _run("weighted", 2, 100)]
+    rows = {r["policy"]: r for r in dm.summarize(runs, ["equal10"], ["fifo", "weighted"])}
+    assert rows["weighted"]["x_fifo"] == 180 / 200
+    assert rows["weighted"]["x_fifo_paired"] == 190 / 200
+    assert "0.90x (paired 0.95x)" in dm.table(list(rows.values()))
+
+
+def test_the_control_is_reported_as_noise_and_not_judged_as_a_fair_policy() -> None:
+    runs = [_run("fifo", 0, 200), _run(dm.CONTROL, 0, 150), _run("drr", 0, 190)]
+    rows = dm.summarize(runs, ["equal10"], ["fifo", dm.CONTROL, "drr"])
+    report, verdict = dm.target_report(rows)
+    assert verdict["ratio_met"]  # the control's 0.75x is not a fair policy's
+    assert "fifo run twice (fifo_control), its second run x its first: 0.75x .. 0.75x" in report
+    slow = dm.target_report(dm.summarize([*runs[:1], _run("drr", 0, 150)], ["equal10"],
+                                         ["fifo", "drr"]))
+    assert not slow[1]["ratio_met"] and "equal10/drr 0.750x" in slow[0]
+
+
+def test_a_repeat_left_undone_has_no_paired_ratio() -> None:
+    runs = [_run("fifo", 0, 200), _run("weighted", 0, 190, done=False)]
+    rows = {r["policy"]: r for r in dm.summarize(runs, ["equal10"], ["fifo", "weighted"])}
+    assert rows["weighted"]["x_fifo_paired"] is None and rows["weighted"]["x_fifo"] is None
