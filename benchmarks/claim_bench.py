@@ -108,6 +108,11 @@ def set_rate_limits(store: Store, queue: str, on: bool) -> None:
                     {"r": 1e6 if on else None, "b": 1_000_000 if on else None, "q": queue})
 
 
+# --control runs fifo a second time in every repeat under this name: two runs of one statement
+# land this far apart on the machine, the yardstick for a fair policy's ratio near 0.9.
+CONTROL = "fifo_control"
+
+
 # A policy name ending in GROUPED runs that policy with the queue's tenants in two groups of
 # weights 3 and 1 (every other tenant): --groups adds "weighted+groups".
 GROUPED = "+groups"
@@ -129,7 +134,7 @@ def set_groups(store: Store, queue: str, on: bool) -> None:
 def run_round(stores: list[CountingStore], policy: str, queue: str, jobs: int, batch: int) -> Round:
     """Every store claims + finishes in its own thread until ``jobs`` jobs were claimed."""
     rated, grouped = policy.endswith(RATED), policy.endswith(GROUPED)
-    pol = get_policy(policy.removesuffix(RATED).removesuffix(GROUPED))
+    pol = get_policy("fifo" if policy == CONTROL else policy.removesuffix(RATED).removesuffix(GROUPED))
     set_rate_limits(stores[0], queue, rated)
     set_groups(stores[0], queue, grouped)
     lock = threading.Lock()
@@ -375,7 +380,7 @@ def markdown(result: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for size in result["main"]:
         for policy, d in size["policies"].items():
-            stmt = "claim_fifo" if policy == "fifo" else "claim_fair"
+            stmt = "claim_fifo" if policy in ("fifo", CONTROL) else "claim_fair"
             pc = size["plan_cache"].get(stmt, {})
             lines.append(f"| {size['tenants']:,} | {policy} | {d['jobs_per_s']:.0f} | {fmt(d['ratio'])} | "
                          f"{d['empty_ratio']:.1%} | {fmt(d['fallback_ratio'])} | {fmt(d['p50_ms'])} | "
@@ -412,10 +417,15 @@ def verdict(result: dict[str, Any]) -> list[str]:
     """The issue's targets, each stated as met or not."""
     out = []
     worst = min((d["ratio"], s["tenants"], p) for s in result["main"]
-                for p, d in s["policies"].items() if p != "fifo")
+                for p, d in s["policies"].items() if p not in ("fifo", CONTROL))
     out.append(f"every fair policy >= 0.9x fifo: {'MET' if worst[0] >= 0.9 else 'NOT MET'} "
                f"(worst {worst[0]:.2f}x: {worst[2]} at {worst[1]:,} tenants)")
-    p99 = {s["tenants"]: max(d["p99_ms"] for p, d in s["policies"].items() if p != "fifo")
+    control = [s["policies"][CONTROL]["ratio"] for s in result["main"] if CONTROL in s["policies"]]
+    if control:
+        out.append(f"noise: fifo run twice ({CONTROL}), its second run x its first: "
+                   f"{min(control):.2f}x .. {max(control):.2f}x over the tenant counts")
+    p99 = {s["tenants"]: max(d["p99_ms"] for p, d in s["policies"].items()
+                             if p not in ("fifo", CONTROL))
            for s in result["main"]}
     if 10 in p99 and 100_000 in p99:
         ok = p99[100_000] <= 2 * p99[10]
@@ -446,6 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--vacuum-interval", type=float, default=DEFAULT_VACUUM_INTERVAL,
                     help="seconds between the workers' VACUUM of tenant_schedule, emulated "
                          "beside the claimers as a worker runs it (default: the worker's; 0: none)")
+    ap.add_argument("--control", action="store_true",
+                    help=f"also run fifo a second time each repeat, as {CONTROL}: the noise")
     ap.add_argument("--rate-limits", action="store_true",
                     help="also run weighted with a (never binding) rate limit on every tenant")
     ap.add_argument("--groups", action="store_true",
@@ -471,7 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         admin = cluster.dsn
     dbs: dict[int, str] = {}
     try:
-        per_size_jobs = (len(POLICIES) * (args.repeats * args.jobs_per_round + args.warmup_jobs)
+        per_size_jobs = ((len(POLICIES) + args.rate_limits + args.groups + args.control)
+                         * (args.repeats * args.jobs_per_round + args.warmup_jobs)
                          + 2 * 2 * (args.repeats * args.jobs_per_round + args.warmup_jobs))
         result: dict[str, Any] = {
             "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
@@ -485,7 +498,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"tenants={n}: loaded in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
             pgss = result["pg_stat_statements"] = pgss_available(dsn)
             policies = (*POLICIES, *(("weighted" + RATED,) if args.rate_limits else ()),
-                        *(("weighted" + GROUPED,) if args.groups else ()))
+                        *(("weighted" + GROUPED,) if args.groups else ()),
+                        *((CONTROL,) if args.control else ()))
             result["main"].append(bench_size(dsn, n, policies, args, "auto", pgss))
             if n in mode_sizes:
                 for mode in ("custom", "generic"):
