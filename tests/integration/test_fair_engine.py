@@ -357,7 +357,8 @@ HEAP_XMAX_IS_MULTI = 0x1000  # PostgreSQL's htup_details.h
 def _multixact_rows(dsn: str, table: str) -> int:
     """Row versions of ``table`` whose xmax is a MultiXact (pageinspect reads the pages)."""
     (n,), = sql_rows(dsn, f"""
-        SELECT count(*) FROM generate_series(0, pg_relation_size('fairq.{table}') / 8192 - 1) p,
+        SELECT count(*) FROM generate_series(
+                 0, pg_relation_size('fairq.{table}') / current_setting('block_size')::int - 1) p,
              LATERAL heap_page_items(get_raw_page('fairq.{table}', p::int)) h
         WHERE h.lp_flags = 1 AND (h.t_infomask & {HEAP_XMAX_IS_MULTI}) <> 0""")
     return int(n)
