@@ -10,7 +10,9 @@
 -- claim that waited created eleven of them, on the tenant's row and on each job it took. Here
 -- the jobs are locked in the claim's own transaction, before the wait, and the tenant's row is
 -- taken, in the subtransaction, by a no-op UPDATE rather than a lock: the claim then updates
--- the row version its own subtransaction wrote, which carries no lock to keep. Picking before
+-- the row version its own subtransaction wrote. The jobs get no MultiXact; the row still gets
+-- one when the holder waited for had written it (the UPDATE follows the update chain), none
+-- when the holder only held it. Picking before
 -- the wait also takes the pick out of the time the tenant's row is held: with one tenant and
 -- four claimers, every claim and finish queues for that row.
 --
