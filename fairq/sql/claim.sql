@@ -22,11 +22,11 @@
 --    batch per tenant: a claim serves as few tenants as it can, so it (and its finish) writes
 --    few tenant rows.
 -- 3. When the walk took nothing and the statement holds no lock (no transaction id yet: every
---    row it could have locked was held), claim_wait waits for the first runnable tenant with a
---    due job and picks its jobs, in this statement. Holding no tenant row, the wait cannot close
---    a lock cycle (engine_v6.sql). With
---    `wait` (the store's second statement, when the first came back empty holding something:
---    sleepers or walked tenants with nothing due) no sleepers, no walk, and the same wait.
+--    row it could have locked was held), wait_and_pick picks the jobs of the first runnable
+--    tenant with a due job and waits for its row, in this statement. Holding no tenant row, the
+--    wait cannot close a lock cycle (engine_v7.sql). With `wait` (the store's second
+--    statement, when the first came back empty holding something: sleepers or walked tenants
+--    with nothing due) no sleepers, no walk, and the same wait.
 -- 4. The jobs are marked running, then claim_settle writes the tenants' counts and virtual times
 --    and takes every tenant served or walked past that has no due job left out of the runnable
 --    set. It is a function because it needs snapshots taken after this statement's locks.
@@ -68,7 +68,8 @@ cand AS (
 ),
 taken AS MATERIALIZED (
     (SELECT j.id, c.part, c.ctid, c.tenant, c.vtime,
-           CASE WHEN %(by_cost)s THEN j.cost ELSE 1.0 END / c.w AS inc, b.n AS most
+           CASE WHEN %(by_cost)s THEN j.cost ELSE 1.0 END / c.w AS inc, b.n AS most,
+           false AS more
     FROM cand c
     -- Step 3: the jobs that start within the window, at least one. Each counts 1/w of virtual
     -- time (drr: its first due job's cost / w); a sleeper starts at V, the first runnable
@@ -95,11 +96,11 @@ taken AS MATERIALIZED (
     ) j
     LIMIT %(batch)s)
     UNION ALL
-    -- Step 5, the wait (claim_wait: its jobs are picked after its row is held, up to its room;
-    -- not bounded by the window, as the claim it waited for has just moved its vtime).
-    SELECT h.id, 2, h.row_, h.tenant, h.vtime, CASE WHEN %(by_cost)s THEN h.cost ELSE 1.0 END
-           / CASE WHEN %(by_weight)s THEN h.weight ELSE 1.0 END, NULL
-    FROM {schema}.claim_wait(%(queue)s, %(batch)s::int) h
+    -- Step 5, the wait (wait_and_pick: as many of its picked jobs as fit once its row is held,
+    -- not bounded by the window, as the claim it waited for has just moved its vtime; `more`:
+    -- it has a due job left).
+    SELECT h.id, 2, h.row_, h.tenant, h.vtime, h.inc, NULL, h.more
+    FROM {schema}.wait_and_pick(%(queue)s, %(batch)s::int, %(by_weight)s, %(by_cost)s) h
     WHERE %(wait)s OR pg_current_xact_id_if_assigned() IS NULL
 ),
 claimed AS (
@@ -111,15 +112,17 @@ claimed AS (
               j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until
 ),
 -- Per served tenant: its row, jobs, virtual time, and whether it looks empty now (no other due
--- job in this statement's snapshot; claim_settle decides it again under a lock). A walked
--- tenant that gave fewer jobs than its pick allowed had no more, unless it was the last one
--- and the batch cut it short; the others are asked.
+-- job; claim_settle decides it again under a lock). The waited tenant says so itself (its
+-- wait's snapshot is newer than this statement's). A walked tenant that gave fewer jobs than
+-- its pick allowed had no more, unless it was the last one and the batch cut it short; the
+-- others are asked, in this statement's snapshot (the walk waits for nothing).
 served AS MATERIALIZED (
     SELECT t.ctid, t.tenant, max(t.part) AS part, max(t.vtime) AS vtime, count(*)::int AS n,
            sum(t.inc) AS inc,
-           CASE WHEN count(*) < max(t.most) AND NOT (
-                    (SELECT count(*) FROM taken) >= %(batch)s
-                    AND t.tenant = (SELECT l.tenant FROM taken l ORDER BY l.part DESC,
+           CASE WHEN max(t.part) = 2 THEN NOT bool_or(t.more)
+                WHEN count(*) < max(t.most) AND (
+                    (SELECT count(*) FROM taken) < %(batch)s
+                    OR t.tenant <> (SELECT l.tenant FROM taken l ORDER BY l.part DESC,
                                     l.vtime DESC, l.tenant DESC LIMIT 1))
                 THEN true
                 ELSE (SELECT true FROM {schema}.jobs q

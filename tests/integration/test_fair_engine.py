@@ -373,6 +373,38 @@ def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
         == (1 if holder_wrote else 0, 0)
 
 
+@pytest.mark.parametrize("policy", FAIR)
+def test_a_waited_claim_that_takes_a_tenants_last_jobs_retires_it(uncapped: Store, dsn: str,
+                                                                 policy: str) -> None:
+    """Claim A takes 10 of tenant "t"'s 15 jobs and has not committed; claim B finds "t" held,
+    picks the other 5, waits for A, and takes them: "t" has no due job left, so B's write must
+    take it out of the runnable set (docs/algorithm.md, step 5). B's statement snapshot is
+    older than A's commit, so it still sees A's 10 jobs as queued: a due-job probe in that
+    snapshot kept "t" runnable and empty, for some later claim's walk to find."""
+    import psycopg
+
+    from fairq import sql
+    from fairq.store.pg import planner_options
+
+    fill(uncapped, {"t": 15})
+    text = sql.statement(get_policy(policy).statement, "fairq")
+    params = get_policy(policy).claim_params(queue="default", batch=10, worker="w")
+    with psycopg.connect(dsn, options=planner_options()) as a, \
+            psycopg.connect(dsn, autocommit=True, options=planner_options()) as b:
+        held = a.execute(text, params).fetchall()
+        assert len(held) == 10
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.extend(b.execute(text, params).fetchall()))
+        t.start()
+        _wait_until_blocked(dsn, b.info.backend_pid)
+        a.commit()
+        t.join(timeout=30)
+    assert len(got) == 5
+    assert sql_rows(dsn, "SELECT active, running FROM fairq.tenant_schedule "
+                         "WHERE tenant = 't'") == [(False, 15)]
+    assert running_mismatch(dsn) == []
+
+
 def test_rebase_keeps_virtual_time_small_and_its_order(uncapped: Store, dsn: str) -> None:
     """Virtual time grows for as long as a queue has work. Far from zero a float8 absorbs small
     increments (at 2^53, adding 1/1000 changes nothing, and the tenant would stay first for

@@ -1,6 +1,6 @@
 """EXPLAIN guards in every statistics state, for every claim and finish statement and for the
 statements the engine's plpgsql functions run (queue_vtime, claim_share, claim_head, claim_wait,
-claim_settle).
+wait_and_pick, claim_settle).
 
 tests/integration/test_claim_plans.py checks the claims on freshly analyzed databases. The plans must also
 hold in the states a real database passes through. Each state is a database of its own, copied
@@ -16,8 +16,8 @@ autovacuum off on its tables, so the state stays the one it was built as:
 Every state also holds two sleepers (one delayed job each, due by the time the cases run: a fair
 claim wakes them, serves them and claim_settle retires them), 200 idle tenants (their only job an
 hour away), a queue ``held`` whose due jobs another transaction holds locked (the fair claim takes
-nothing, walks every tenant, and its second statement, ``wait``, asks claim_wait for a tenant to
-wait for) and a queue ``capped`` whose only tenant is at its cap (queue_vtime's second query).
+nothing, walks every tenant, and its second statement, ``wait``, asks wait_and_pick for a tenant
+to wait for) and a queue ``capped`` whose only tenant is at its cap (queue_vtime's second query).
 Weights are 1..4 and costs 1..3, so weighted and drr take their real arithmetic paths.
 
 Each case runs in a new session with fairq's planner settings (``planner_options()``) under
@@ -180,11 +180,12 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 # -- plans ----------------------------------------------------------------------------------
 # The engine's functions (fairq/sql/ddl/engine_v*.sql) are found in the database itself: a
 # statement auto_explain reports from inside one is labelled "function: its first words".
-ENGINE_FUNCTIONS = ("queue_vtime", "claim_share", "claim_head", "claim_wait", "claim_settle",
-                    "eff_weight", "claim_terms", "groups_due")
+ENGINE_FUNCTIONS = ("queue_vtime", "claim_share", "claim_head", "claim_wait", "wait_and_pick",
+                    "claim_settle", "eff_weight", "claim_terms", "groups_due")
 FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  f"(SELECT count(*) FROM {SCHEMA}.claim_head(%(queue)s, 3)) AS head, "
-                 f"(SELECT count(*) FROM {SCHEMA}.claim_wait(%(queue)s, 3)) AS waited")
+                 f"(SELECT count(*) FROM {SCHEMA}.claim_wait(%(queue)s, 3)) AS waited, "
+                 f"(SELECT count(*) FROM {SCHEMA}.wait_and_pick(%(queue)s, 3, true, true)) AS picked")
 END_MARK = "SELECT 'plan-states: end of case'"
 _TOP = re.compile(r"^-- fairq (\w+)")
 _TENANT_EQ = re.compile(r"\btenant = ")
@@ -404,12 +405,13 @@ CASES = (
     *(Case(f"claim_fair/{p}", "claim_fair", policy=p, served=(WHALE, *SLEEPERS),
            functions=("queue_vtime", "claim_settle"), reads=_FAIR_READS)
       for p in ("round_robin", "weighted", "drr")),
-    # Every due job held by another transaction: nothing is taken; the claim asks claim_wait for
-    # the tenants to wait for (in its own statement when it holds no lock, else in a second
-    # statement with `wait`, as the Store), which locks each in turn and finds nothing to pick.
+    # Every due job held by another transaction: nothing is taken; the claim asks wait_and_pick
+    # for the tenants to wait for (in its own statement when it holds no lock, else in a second
+    # statement with `wait`, as the Store), which tries each in turn and finds nothing to pick.
     Case("claim_fair/held", "claim_fair", queue=HELD, returned=0, hold_queue=True,
-         functions=("claim_wait", "claim_settle"),
-         reads=(("claim_fair", "tenant_schedule_runnable_idx"), ("claim_wait", "jobs_tenant_ready_idx"))),
+         functions=("wait_and_pick", "claim_settle"),
+         reads=(("claim_fair", "tenant_schedule_runnable_idx"),
+                ("wait_and_pick", "jobs_tenant_ready_idx"))),
     Case("claim_fifo", "claim_fifo", policy="fifo",
          reads=(("claim_fifo", "jobs_fifo_ready_idx"), ("claim_fifo", "tenant_schedule_pkey"))),
     # Finishes of the jobs a fair claim took just before (the sleepers' among them, whose tenants
@@ -419,10 +421,13 @@ CASES = (
            functions=("queue_vtime",) if s == "release_unstarted" else ())
       for s in FINISHES),
     # queue_vtime on a queue whose every tenant is capped (its second query), claim_head directly
-    # (no claim calls it now; it stays for workers of the earlier release), claim_wait directly
-    # on a queue with jobs to pick (the held claim's finds none).
-    Case("functions", "functions", returned=1, functions=("queue_vtime", "claim_head", "claim_wait"),
+    # (no claim calls it now; it stays for workers of the earlier release), claim_wait (the same)
+    # and wait_and_pick directly on a queue with jobs to pick (the held claim's finds none; here
+    # it takes the row and asks whether a due job is left after the last one it took).
+    Case("functions", "functions", returned=1,
+         functions=("queue_vtime", "claim_head", "claim_wait", "wait_and_pick"),
          reads=(("claim_head", "jobs_tenant_ready_idx"), ("claim_wait", "jobs_tenant_ready_idx"),
+                ("wait_and_pick", "jobs_tenant_ready_idx"),
                 ("queue_vtime", "tenant_schedule_capped_idx"))),
 )
 CASE = {c.name: c for c in CASES}
@@ -674,9 +679,9 @@ def _statements() -> Iterator[str]:
 
 def test_every_function_statement_is_checked(states: States) -> None:
     """The cases run every statement of every engine function (so each plan above is checked):
-    the fair claims, the held claim (its short walk, claim_wait), release_unstarted and the
-    direct calls (queue_vtime's capped query, claim_head's later tenants, claim_wait with jobs
-    to pick) between them."""
+    the fair claims, the held claim (its short walk, wait_and_pick), release_unstarted and the
+    direct calls (queue_vtime's capped query, claim_head's later tenants, claim_wait and
+    wait_and_pick with jobs to pick) between them."""
     dsn = states.dsn("fresh")
     with psycopg.connect(dsn) as conn:
         sources = function_sources(conn)
@@ -688,7 +693,8 @@ def test_every_function_statement_is_checked(states: States) -> None:
                 for f, src in sources.items():
                     if normal(x.text) in src:
                         seen.setdefault(f, set()).add(normal(x.text))
-    assert set(sources) >= {"queue_vtime", "claim_head", "claim_wait", "claim_settle"}, sources.keys()
+    assert set(sources) >= {"queue_vtime", "claim_head", "claim_wait", "wait_and_pick",
+                            "claim_settle"}, sources.keys()
     # claim_share stays in the database for workers of an earlier release during a rolling
     # upgrade; no statement of this one calls it (claim_fair sums the weights itself).
     assert not any(".claim_share(" in text for text in _statements())
