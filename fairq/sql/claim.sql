@@ -67,7 +67,7 @@ cand AS (
         FOR NO KEY UPDATE OF ts SKIP LOCKED) r
 ),
 taken AS MATERIALIZED (
-    (SELECT j.id, c.part, c.ctid, c.tenant, c.vtime,
+    (SELECT j.id, c.part, c.ctid, c.tenant,
            CASE WHEN %(by_cost)s THEN j.cost ELSE 1.0 END / c.w AS inc, b.n AS most,
            false AS more
     FROM cand c
@@ -99,7 +99,7 @@ taken AS MATERIALIZED (
     -- Step 5, the wait (wait_and_pick: as many of its picked jobs as fit once its row is held,
     -- not bounded by the window, as the claim it waited for has just moved its vtime; `more`:
     -- it has a due job left).
-    SELECT h.id, 2, h.row_, h.tenant, h.vtime, h.inc, NULL, h.more
+    SELECT h.id, 2, h.row_, h.tenant, h.inc, NULL, h.more
     FROM {schema}.wait_and_pick(%(queue)s, %(batch)s::int, %(by_weight)s, %(by_cost)s) h
     WHERE %(wait)s OR pg_current_xact_id_if_assigned() IS NULL
 ),
@@ -111,32 +111,34 @@ claimed AS (
     RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
               j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until
 ),
--- Per served tenant: its row, jobs, virtual time, and whether it looks empty now (no other due
--- job; claim_settle decides it again under a lock). The waited tenant says so itself (its
--- wait's snapshot is newer than this statement's). A walked tenant that gave fewer jobs than
--- its pick allowed had no more, unless it was the last one and the batch cut it short; the
--- others are asked, in this statement's snapshot (the walk waits for nothing).
+-- Where the walk stopped in the runnable index, if it filled the batch there: the last tenant
+-- it served, at the key it read it by (this statement's snapshot: a row that another claim
+-- served since is locked as it is now, up to a window further on, and claim_settle would
+-- take every tenant before that for one the walk went past).
+stop AS MATERIALIZED (
+    SELECT (SELECT o.vtime FROM {schema}.tenant_schedule o  -- a column named vtime
+            WHERE o.queue = %(queue)s AND o.tenant = t.tenant), t.tenant
+    FROM taken t WHERE t.part = 1 AND (SELECT count(*) FROM taken) >= %(batch)s
+    ORDER BY 1 DESC, 2 DESC LIMIT 1
+),
+-- Per served tenant: its row, jobs, virtual time increment, and whether it looks empty now (no due
+-- job left; claim_settle decides it again under a lock). The waited tenant says so itself (its
+-- wait's snapshot is newer than this statement's). A tenant that gave fewer jobs than its pick
+-- allowed had no more, unless the batch cut it short: the last one served (the stop, or the
+-- last sleeper when sleepers filled the batch; no tenant is named ''). The others are asked,
+-- in this statement's snapshot (the walk waits for nothing).
 served AS MATERIALIZED (
-    SELECT t.ctid, t.tenant, max(t.part) AS part, max(t.vtime) AS vtime, count(*)::int AS n,
-           sum(t.inc) AS inc,
+    SELECT t.ctid, t.tenant, count(*)::int AS n, sum(t.inc) AS inc,
            CASE WHEN max(t.part) = 2 THEN NOT bool_or(t.more)
-                WHEN count(*) < max(t.most) AND (
-                    (SELECT count(*) FROM taken) < %(batch)s
-                    OR t.tenant <> (SELECT l.tenant FROM taken l ORDER BY l.part DESC,
-                                    l.vtime DESC, l.tenant DESC LIMIT 1))
+                WHEN count(*) < max(t.most) AND t.tenant <> coalesce(
+                    (SELECT st.tenant FROM stop st),
+                    (SELECT max(l.tenant) FROM taken l HAVING count(*) >= %(batch)s), '')
                 THEN true
-                ELSE (SELECT true FROM {schema}.jobs q
+                ELSE NOT EXISTS (SELECT FROM {schema}.jobs q
                       WHERE q.queue = %(queue)s AND q.tenant = t.tenant
                         AND q.status = 'queued' AND q.run_at <= now()
-                        AND q.id <> ALL (array_agg(t.id))
-                      LIMIT 1) IS NULL END AS emptied
+                        AND q.id <> ALL (array_agg(t.id))) END AS emptied
     FROM taken t GROUP BY t.ctid, t.tenant
-),
--- Where the walk stopped in the runnable index, if it filled the batch there.
-stop AS MATERIALIZED (
-    SELECT sv.vtime, sv.tenant FROM served sv
-    WHERE sv.part = 1 AND (SELECT count(*) FROM taken) >= %(batch)s
-    ORDER BY sv.vtime DESC, sv.tenant DESC LIMIT 1
 ),
 settled AS MATERIALIZED (
     SELECT {schema}.claim_settle(
