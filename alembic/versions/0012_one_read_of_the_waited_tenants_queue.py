@@ -1,10 +1,12 @@
-"""the wait reads its tenant's queue head once, and says whether a due job is left
+"""the wait reads its tenant's queue head once, and asks after the wait whether a due job is left
 
 - engine_v7.sql: ``wait_and_pick``, which the fair claim calls instead of ``claim_wait``: it
-  picks one job more than the claim may take (left locked, not taken) rather than asking first
-  whether the tenant has a due job and afterwards whether one is left; the claim statement's
-  own question, asked in its snapshot from before the wait, left a tenant whose last jobs a
-  waited claim took runnable and empty. ``claim_wait`` stays for workers of the earlier release.
+  finds the tenant and picks its jobs in one read (claim_wait read the queue's head twice), and
+  once it holds the row it asks, in a fresh snapshot, whether the tenant has a due job after the
+  last one it took. The claim statement asked that in its own snapshot, older than the wait,
+  which left a tenant whose last jobs a waited claim took runnable and empty. The row is locked
+  in the subtransaction (claim_wait wrote it with a no-op UPDATE). ``claim_wait`` stays for
+  workers of the earlier release.
 
 Revision ID: 0012
 Revises: 0011

@@ -121,12 +121,12 @@ stop AS MATERIALIZED (
     FROM taken t WHERE t.part = 1 AND (SELECT count(*) FROM taken) >= %(batch)s
     ORDER BY 1 DESC, 2 DESC LIMIT 1
 ),
--- Per served tenant: its row, jobs, virtual time increment, and whether it looks empty now (no due
--- job left; claim_settle decides it again under a lock). The waited tenant says so itself (its
--- wait's snapshot is newer than this statement's). A tenant that gave fewer jobs than its pick
--- allowed had no more, unless the batch cut it short: the last one served (the stop, or the
--- last sleeper when sleepers filled the batch; no tenant is named ''). The others are asked,
--- in this statement's snapshot (the walk waits for nothing).
+-- Per served tenant: its row, jobs, virtual time increment, and whether it looks empty now
+-- (no due job left; claim_settle decides it again under a lock). The waited tenant says so
+-- itself (its wait's snapshot is newer than this statement's). A tenant that gave fewer jobs
+-- than its pick allowed had no more, unless the batch cut it short: the last one served (the
+-- stop, or the last sleeper when sleepers filled the batch; no tenant is named ''). The others
+-- are asked, in this statement's snapshot (the walk waits for nothing).
 served AS MATERIALIZED (
     SELECT t.ctid, t.tenant, count(*)::int AS n, sum(t.inc) AS inc,
            CASE WHEN max(t.part) = 2 THEN NOT bool_or(t.more)

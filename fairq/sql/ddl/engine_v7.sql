@@ -26,10 +26,9 @@
 -- subtransaction (it waits for the holder, then reads the row as it is now) and as many of the
 -- picked jobs as fit are returned, each with its virtual time increment (cost and weight as
 -- the policy counts them) and `more`: the tenant has a due job left (one picked and not
--- taken, or one after the last taken). A tenant left without
--- room is given back (the subtransaction is rolled back; the jobs picked for it stay locked
--- until the claim ends, and are not taken) and the next is tried. No rows: nobody had a due
--- job this claim could take.
+-- taken, or one after the last taken). A tenant left without room is given back (the
+-- subtransaction is rolled back; the jobs picked for it stay locked until the claim ends, and
+-- are not taken) and the next is tried. No rows: nobody had a due job this claim could take.
 --
 -- The row's lock is the subtransaction's and the claim then updates the row, so the row gets
 -- a MultiXact as its xmax, one per waiting claim. engine_v6.sql took the row with a no-op
