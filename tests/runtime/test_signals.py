@@ -29,4 +29,6 @@ def test_signal_under_held_locks_stops_the_worker_and_a_second_exits(dsn: str) -
         "handled-under-locks 1",
         "stopped True",
         "second-signal-exit 143 True",
+        "other-thread-stopped True True",
+        "other-thread-exit 143 True True",
     ], (out, err)

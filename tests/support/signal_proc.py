@@ -42,6 +42,37 @@ def main() -> int:
             time.sleep(1.0)
         except SystemExit as e:
             print("second-signal-exit", e.code, relay.exited, flush=True)
+
+    # 4. Signals the kernel delivers to another thread while the main thread sleeps in a long
+    # wait: the first is handled and the second exits, both at once (the Python handler alone
+    # runs only when the wait ends, and sees the two as one). A sender thread sends each after a
+    # pause, so that the main thread is inside its wait by then; if the box is so slow that it is
+    # not, the step passes without showing anything, it cannot fail wrongly.
+    worker = app.worker(concurrency=1, policy="fifo", listen=False)
+    other = threading.Thread(target=threading.Event().wait, args=(60,), daemon=True)
+    other.start()
+    target = other.ident
+    assert target is not None
+
+    def send_twice() -> None:
+        time.sleep(0.5)
+        signal.pthread_kill(target, signal.SIGTERM)
+        worker.shared.stopping.wait(30)
+        time.sleep(0.5)
+        signal.pthread_kill(target, signal.SIGTERM)
+
+    exit_code = None
+    started = time.monotonic()
+    with SignalRelay(lambda _: worker.stop(), exit_if=worker.shared.stopping.is_set) as relay:
+        threading.Thread(target=send_twice, daemon=True).start()
+        try:
+            stopped = worker.shared.stopping.wait(30)
+            print("other-thread-stopped", stopped, time.monotonic() - started < 20, flush=True)
+            threading.Event().wait(30)
+        except SystemExit as e:
+            exit_code = e.code
+    print("other-thread-exit", exit_code, relay.exited, time.monotonic() - started < 20,
+          flush=True)
     app.close()
     return 0
 
