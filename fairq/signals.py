@@ -35,7 +35,8 @@ class SignalRelay:
     calls ``on_signal(signum)`` on the relay thread, and a later one exits at once.
 
     ``exit_if`` makes even the first signal exit at once when it returns True (the worker's:
-    already stopping). The relay thread calls it.
+    already stopping). The relay thread calls it, and ``on_signal``, which must return quickly:
+    a second signal is acted on once the relay has read it.
     """
 
     def __init__(self, on_signal: Callable[[int], None], *,
