@@ -45,29 +45,41 @@ def main() -> int:
 
     # 4. Signals the kernel delivers to another thread while the main thread sleeps in a long
     # wait: the first is handled and the second exits, both at once (the Python handler alone
-    # runs only when the wait ends, and sees the two as one). A sender thread sends each after a
-    # pause, so that the main thread is inside its wait by then; if the box is so slow that it is
-    # not, the step passes without showing anything, it cannot fail wrongly.
+    # runs only when the wait ends, and sees the two as one). A sender thread sends each once the
+    # main thread's innermost Python frame is threading's wait, i.e. it is blocked in the wait.
     worker = app.worker(concurrency=1, policy="fifo", listen=False)
     other = threading.Thread(target=threading.Event().wait, args=(60,), daemon=True)
     other.start()
-    target = other.ident
-    assert target is not None
+    target, main_ident = other.ident, threading.main_thread().ident
+    assert target is not None and main_ident is not None
+
+    def main_waiting() -> bool:
+        frame = sys._current_frames().get(main_ident)
+        return (frame is not None and frame.f_code.co_name == "wait"
+                and frame.f_code.co_filename == threading.__file__)
+
+    about_to_wait = [threading.Event(), threading.Event()]  # set by the main thread
+
+    def send_when_main_waits(i: int) -> None:
+        about_to_wait[i].wait(30)
+        deadline = time.monotonic() + 10
+        while not main_waiting() and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling the main thread's state, which has no event to wait on
+        signal.pthread_kill(target, signal.SIGTERM)
 
     def send_twice() -> None:
-        time.sleep(0.5)
-        signal.pthread_kill(target, signal.SIGTERM)
-        worker.shared.stopping.wait(30)
-        time.sleep(0.5)
-        signal.pthread_kill(target, signal.SIGTERM)
+        send_when_main_waits(0)
+        send_when_main_waits(1)
 
     exit_code = None
     started = time.monotonic()
     with SignalRelay(lambda _: worker.stop(), exit_if=worker.shared.stopping.is_set) as relay:
         threading.Thread(target=send_twice, daemon=True).start()
         try:
+            about_to_wait[0].set()
             stopped = worker.shared.stopping.wait(30)
             print("other-thread-stopped", stopped, time.monotonic() - started < 20, flush=True)
+            about_to_wait[1].set()
             threading.Event().wait(30)
         except SystemExit as e:
             exit_code = e.code
