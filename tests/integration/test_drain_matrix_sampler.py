@@ -1,7 +1,7 @@
 """The drain matrix's sampler (benchmarks/drain_matrix.py, CLAIMABLE_SQL) counts what its report
 says: due jobs of tenants below their cap, and of those the jobs of tenants whose cap exceeds the
-worker's concurrency. Checked against counts made here in Python from the raw rows, over random
-states with tenants at, over and under small caps."""
+worker's concurrency, each up to its cap. Checked against counts made here in Python from the raw
+rows, over random states with tenants at, over and under small caps, and past the caps."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def expected(conn: Any) -> tuple[int, int]:
     due = Counter(t for t, st, is_due in jobs if st == "queued" and is_due)
     claimable = {t: n for t, n in due.items() if running[t] < caps.get(t, dm.DEFAULT_CAP)}
     uncapped = sum(n for t, n in claimable.items() if caps.get(t, dm.DEFAULT_CAP) > CONCURRENCY)
-    return sum(claimable.values()), uncapped
+    # the sampler stops counting at its caps
+    return min(sum(claimable.values()), dm.COUNT_CAP), min(uncapped, dm.UNCAPPED_CAP)
 
 
 def test_the_sampler_counts_claimable_and_uncapped_jobs(dsn: str) -> None:
@@ -48,14 +49,18 @@ def test_the_sampler_counts_claimable_and_uncapped_jobs(dsn: str) -> None:
         for step in range(30):
             for jid in rng.sample(ids, 12):
                 status = rng.choice(["queued", "running", "done"])
+                # as a claim and a finish leave them: a running job has a lease
                 conn.execute(f"UPDATE {dm.SCHEMA}.jobs SET status = %s, finished_at = "
-                             f"CASE WHEN %s = 'done' THEN now() END WHERE id = %s",
-                             (status, status, jid))
+                             f"CASE WHEN %s = 'done' THEN now() END, locked_until = "
+                             f"CASE WHEN %s = 'running' THEN now() + interval '1 hour' END "
+                             f"WHERE id = %s", (status, status, status, jid))
             if step % 3 == 0:  # the small-capped tenants at (or one over) their caps
                 for tenant, cap in (("whale", 2), ("t1", 5), ("t2", 1)):
-                    conn.execute(f"UPDATE {dm.SCHEMA}.jobs SET status = 'queued' "
-                                 f"WHERE tenant = %s AND status = 'running'", (tenant,))
-                    conn.execute(f"UPDATE {dm.SCHEMA}.jobs SET status = 'running' WHERE id IN "
+                    conn.execute(f"UPDATE {dm.SCHEMA}.jobs SET status = 'queued', "
+                                 f"locked_until = NULL WHERE tenant = %s AND status = 'running'",
+                                 (tenant,))
+                    conn.execute(f"UPDATE {dm.SCHEMA}.jobs SET status = 'running', "
+                                 f"locked_until = now() + interval '1 hour' WHERE id IN "
                                  f"(SELECT id FROM {dm.SCHEMA}.jobs WHERE tenant = %s "
                                  f"AND status = 'queued' LIMIT %s)", (tenant, cap + step % 2))
             row = conn.execute(dm.CLAIMABLE_SQL, {"concurrency": CONCURRENCY}).fetchone()
@@ -66,3 +71,13 @@ def test_the_sampler_counts_claimable_and_uncapped_jobs(dsn: str) -> None:
             seen["at a cap"] += step % 3 == 0
     # the states covered both kinds of tenant, or the test shows nothing
     assert seen["uncapped < claimable"] > 0 and seen["at a cap"] > 0, seen
+    # Past the caps the counts stop there: a backlog larger than both, of an uncapped tenant
+    app = fairq.App(dsn, schema=dm.SCHEMA)
+    try:
+        app.enqueue_many("noop", [("big", {})] * (dm.COUNT_CAP + 100))
+    finally:
+        app.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(dm.CLAIMABLE_SQL, {"concurrency": CONCURRENCY}).fetchone()
+        assert row is not None and expected(conn) == (dm.COUNT_CAP, dm.UNCAPPED_CAP)
+        assert (row[0], row[2]) == (dm.COUNT_CAP, dm.UNCAPPED_CAP)
