@@ -48,20 +48,20 @@ The worker is ``fairq worker benchmarks.drain_matrix:app --concurrency 8 --until
   counted apart (``due after exit``): the worker may have raced it legitimately, and the shape's
   timing did not hold (it still counts as undone).
 * empty claims while work was claimable: every ``--sample-interval`` seconds (0.1) the sampler
-  reads the worker's ``fairq_claim_seconds_count{result="empty"}`` (and ``result="claimed"``)
-  from /metrics and counts claimable jobs in the database (up to 1,000; those of uncapped
-  tenants, below, up to 200: the sampler needs "some" or "none"): queued, ``run_at <= now()``,
-  and the tenant's real number of running jobs (from ``fairq.jobs``) below its ``max_running``
-  (from ``fairq.tenant_schedule``, else the default). Empty claims made in an interval with claimable
+  reads the worker's ``fairq_claim_seconds_count{result="empty"}`` (and ``result="claimed"``) from
+  /metrics and counts claimable jobs in the database (up to 1,000; those of uncapped tenants,
+  below, up to 200: the sampler needs "some" or "none"): queued, ``run_at <= now()``, and the
+  tenant's real number of running jobs (from ``fairq.jobs``) below its ``max_running`` (from
+  ``fairq.tenant_schedule``, else the default). Empty claims made in an interval with claimable
   jobs at both of its ends are "empty claims with work". A tenant held at a small cap (the capped
   whale: 2) goes between at-cap and below it many times an interval, and an empty claim while it
   is at its cap is no fault; so the table also gives, in brackets, the empty claims in intervals
   with "uncapped work" at both ends: due jobs of tenants whose cap exceeds the worker's
-  concurrency, which one worker can never hold at their cap. ``stall`` is the longest stretch
-  of intervals with claimable work at both ends, after the worker's first claim, in which no
-  claim returned a job. Claims after the last sample are not seen. The worker runs with
-  ``FAIRQ_METRICS_MAX_TENANTS=0`` (unless set): every tenant's series folded into one, so a
-  scrape is a few KB.
+  concurrency, which one worker can never hold at their cap. ``stall`` is the longest stretch of
+  intervals with claimable work at both ends, after the worker's first claim, in which no claim
+  returned a job. Claims after the last sample are not seen. The worker runs with
+  ``FAIRQ_METRICS_MAX_TENANTS=0`` (unless set): every tenant's series folded into one, so a scrape
+  is a few KB.
 * the worker's exit code, and its claims that failed (``result="error"``); the ratio of each
   fair policy's jobs/s to fifo's on the same shape.
 * a worker that does not exit is stopped with SIGTERM after ``--timeout`` (300 s), or once no job
