@@ -1,0 +1,121 @@
+"""One drain-matrix shape drained by one thread, no worker: where a claim's time goes, per policy.
+
+    .venv/bin/python benchmarks/claim_loop.py [--shape singletons] [--scale 2.0] [--batch 8]
+        [--policies fifo,weighted,fifo,weighted] [--vacuum-every 1.0] [--dsn URL]
+
+drain_matrix.py measures the drain through real worker processes, where the claim, the finish,
+the worker's threads and the machine all move the figure. This takes the worker away: for each
+policy in turn (a fresh database each, statistics never analyzed, the shape enqueued as
+drain_matrix.py enqueues it), one thread claims ``--batch`` jobs in an explicit transaction,
+timing the statement and the commit apart, then finishes them, until a claim comes back empty.
+``--vacuum-every S`` VACUUMs tenant_schedule every S seconds, as the worker's maintenance does
+(0: never). It prints the median statement, commit and finish times and the WAL the drain wrote.
+Run policies more than once, alternating (the default): single runs on a shared machine move.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from psycopg.rows import dict_row
+from support.db import create_database, drop_database, dsn_for_db
+
+from benchmarks import drain_matrix as dm
+from fairq import migrate
+from fairq.policies import get_policy
+
+ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def drain(dsn: str, policy: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Enqueue the shape, then claim and finish until empty; the medians in ms."""
+    with dm.build_app(dsn) as a:
+        a.tenants.apply({"defaults": {"weight": 1.0, "max_running": dm.DEFAULT_CAP}})
+        plan = dm.make_plan(args.shape, args.scale)
+        for tenant, cap in plan.caps.items():
+            a.tenants.set(tenant, max_running=cap)
+        a.enqueue_many(dm.TASK, dm.pre_items(plan))
+        st, p = a.store, get_policy(policy)
+        with st.pool.connection() as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
+            assert row is not None
+            wal0 = row[0]
+        execute: list[float] = []
+        commit: list[float] = []
+        finish: list[float] = []
+        jobs = 0
+        vacuumed = time.monotonic()
+        started = time.perf_counter()
+        while True:
+            if args.vacuum_every > 0 and time.monotonic() - vacuumed >= args.vacuum_every:
+                with st.pool.connection() as conn:
+                    conn.execute(f"VACUUM {dm.SCHEMA}.tenant_schedule")
+                vacuumed = time.monotonic()
+            params = p.claim_params(queue="default", batch=args.batch, worker="claim_loop")
+            with st.pool.connection() as conn:
+                conn.autocommit = False
+                t0 = time.perf_counter()
+                with conn.cursor(row_factory=dict_row) as cur:
+                    cur.execute(st.q(p.statement), params, prepare=True)
+                    rows = cur.fetchall()
+                t1 = time.perf_counter()
+                conn.commit()
+                t2 = time.perf_counter()
+                conn.autocommit = True
+            if not rows:
+                break
+            t3 = time.perf_counter()
+            st.finish_done([(r["id"], r["attempts"]) for r in rows])
+            finish.append(time.perf_counter() - t3)
+            execute.append(t1 - t0)
+            commit.append(t2 - t1)
+            jobs += len(rows)
+        seconds = time.perf_counter() - started
+        with st.pool.connection() as conn:
+            row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (wal0,)).fetchone()
+            assert row is not None
+            wal = float(row[0])
+    return {"jobs": jobs, "expected": plan.base_jobs, "seconds": seconds, "claims": len(execute),
+            "statement_ms": statistics.median(execute) * 1e3,
+            "commit_ms": statistics.median(commit) * 1e3,
+            "finish_ms": statistics.median(finish) * 1e3, "wal_mb": wal / 1e6}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dsn", default=ADMIN, help="admin DSN; each policy gets its own database")
+    ap.add_argument("--shape", default="singletons", choices=sorted(dm.SHAPES))
+    ap.add_argument("--scale", type=float, default=2.0)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--policies", default="fifo,weighted,fifo,weighted")
+    ap.add_argument("--vacuum-every", type=float, default=1.0, metavar="S")
+    args = ap.parse_args()
+    if dm.make_plan(args.shape, args.scale).extra:
+        raise SystemExit(f"{args.shape}: its jobs arrive during the drain; only shapes enqueued "
+                         "up front can be drained here")
+    print(f"{args.shape} x {args.scale}, batch {args.batch}, VACUUM every {args.vacuum_every} s; "
+          "medians per claim", flush=True)
+    for policy in [p for p in args.policies.split(",") if p]:
+        name = create_database(args.dsn, "fairq_claimloop")
+        try:
+            migrate.upgrade(dsn_for_db(args.dsn, name), dm.SCHEMA)
+            r = drain(dsn_for_db(args.dsn, name), policy, args)
+        finally:
+            drop_database(args.dsn, name)
+        print(f"{policy:12s} {r['jobs']}/{r['expected']} jobs in {r['claims']} claims, "
+              f"{r['seconds']:.2f} s: statement {r['statement_ms']:.3f} ms, "
+              f"commit {r['commit_ms']:.3f} ms, finish {r['finish_ms']:.3f} ms; "
+              f"WAL {r['wal_mb']:.1f} MB", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
