@@ -245,6 +245,12 @@ SELECT (SELECT count(*) FROM (SELECT FROM claimable LIMIT {COUNT_CAP}) c),
 # statistics say; no JIT for the inflated costs that forbidding the alternatives gives.
 SAMPLER_SETTINGS = {"enable_seqscan": "off", "enable_bitmapscan": "off", "jit": "off"}
 
+
+def sampler_session(conn: Any) -> None:
+    """Give ``conn`` (autocommit) the sampler's planner settings, for the session."""
+    for key, value in SAMPLER_SETTINGS.items():
+        conn.execute("SELECT set_config(%s, %s, false)", (key, value))
+
 # The same without the cap, should the engine's tables change under us (it is being rewritten).
 CLAIMABLE_FALLBACK_SQL = f"""
 SELECT count(*) FILTER (WHERE status = 'queued' AND run_at <= now()),
@@ -466,8 +472,7 @@ def sample_until_exit(conn: Any, proc: subprocess.Popen[bytes], port: int,
     fallback = False
     stopped: str | None = None
     last_progress, progress_at = (-1, -1.0), time.monotonic()
-    for key, value in SAMPLER_SETTINGS.items():
-        conn.execute("SELECT set_config(%s, %s, false)", (key, value))
+    sampler_session(conn)
     while True:
         t = time.monotonic()
         claims = scrape_claims(port)

@@ -45,6 +45,7 @@ def test_the_sampler_counts_claimable_and_uncapped_jobs(dsn: str) -> None:
     rng = random.Random(13)
     seen = Counter[str]()
     with psycopg.connect(dsn, autocommit=True) as conn:
+        dm.sampler_session(conn)  # the plans the benchmark runs it with
         ids = [r[0] for r in conn.execute(f"SELECT id FROM {dm.SCHEMA}.jobs").fetchall()]
         for step in range(30):
             for jid in rng.sample(ids, 12):
@@ -78,6 +79,7 @@ def test_the_sampler_counts_claimable_and_uncapped_jobs(dsn: str) -> None:
     finally:
         app.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
+        dm.sampler_session(conn)
         row = conn.execute(dm.CLAIMABLE_SQL, {"concurrency": CONCURRENCY}).fetchone()
         assert row is not None and expected(conn) == (dm.COUNT_CAP, dm.UNCAPPED_CAP)
         assert (row[0], row[2]) == (dm.COUNT_CAP, dm.UNCAPPED_CAP)
