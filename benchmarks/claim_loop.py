@@ -56,20 +56,17 @@ def drain(dsn: str, policy: str, args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         while True:
             if args.vacuum_every > 0 and time.monotonic() - vacuumed >= args.vacuum_every:
-                with st.pool.connection() as conn:
-                    conn.execute(f"VACUUM {dm.SCHEMA}.tenant_schedule")
+                with st.pool.connection() as conn:  # the worker's own statement
+                    conn.execute(st.q("vacuum_tenant_schedule"))
                 vacuumed = time.monotonic()
             params = p.claim_params(queue="default", batch=args.batch, worker="claim_loop")
             with st.pool.connection() as conn:
-                conn.autocommit = False
                 t0 = time.perf_counter()
-                with conn.cursor(row_factory=dict_row) as cur:
+                with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
                     cur.execute(st.q(p.statement), params, prepare=True)
                     rows = cur.fetchall()
-                t1 = time.perf_counter()
-                conn.commit()
-                t2 = time.perf_counter()
-                conn.autocommit = True
+                    t1 = time.perf_counter()
+                t2 = time.perf_counter()  # the block's end committed
             if not rows:
                 break
             t3 = time.perf_counter()
