@@ -278,8 +278,12 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Index("tenant_schedule_capped_idx", "queue", "vtime",
               postgresql_where=text("active AND running >= max_running")),
         # Idle tenants by wake-up time: the maintenance (all queues) and each claim (its queue).
-        Index("tenant_schedule_wake_idx", "wake_at", postgresql_where=text("NOT active")),
-        Index("tenant_schedule_due_idx", "queue", "wake_at", postgresql_where=text("NOT active")),
+        # Only those with a wake-up: a tenant retired with no delayed job (wake_at NULL) is
+        # looked up by nobody, and would take an entry in both at each write of its row.
+        Index("tenant_schedule_wake_idx", "wake_at",
+              postgresql_where=text("NOT active AND wake_at IS NOT NULL")),
+        Index("tenant_schedule_due_idx", "queue", "wake_at",
+              postgresql_where=text("NOT active AND wake_at IS NOT NULL")),
     )
     # Periodic schedules declared in code (App.periodic): the last tick enqueued per (name,
     # tenant). A tick is claimed by a conditional UPDATE in the transaction that enqueues it.

@@ -227,7 +227,7 @@ WHERE (SELECT st.n FROM settled st) IS NOT NULL;
 -- Seconds until the queue's first idle tenant is due to wake (a delayed job or retry falling
 -- due, a rate-limited tenant's next token), NULL when none waits: a worker whose claim came
 -- back short sleeps until then rather than until its next poll. Read through
--- tenant_schedule_due_idx (queue, wake_at) WHERE NOT active.
+-- tenant_schedule_due_idx (queue, wake_at) WHERE NOT active AND wake_at IS NOT NULL.
 SELECT extract(epoch FROM ts.wake_at - now())::float8 AS seconds
 FROM {schema}.tenant_schedule ts
 WHERE ts.queue = %(queue)s AND NOT ts.active AND ts.wake_at IS NOT NULL

@@ -517,3 +517,23 @@ def test_a_tenant_an_open_enqueue_adds_to_is_not_retired_with_its_last_job(uncap
     # No producer now: a's last job goes, and a leaves the runnable set with it.
     assert sql_rows(dsn, "SELECT active FROM fairq.tenant_schedule WHERE tenant = 'a'") \
         == [(False,)]
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_the_safety_net_wakes_an_idle_tenant_with_a_due_job_and_no_wake_up(uncapped: Store,
+                                                                           dsn: str,
+                                                                           policy: str) -> None:
+    """A tenant left idle with a due job and no wake-up (the state a lost race would leave) is
+    in neither idle-tenant index, which hold only tenants with a wake_at: no claim and no
+    wake_due_tenants finds it; wake_stranded_tenants, which reads the table, does, and the next
+    claim takes its job."""
+    fill(uncapped, {"a": 2, "b": 1})
+    sql_rows(dsn, "UPDATE fairq.tenant_schedule SET active = false, wake_at = NULL "
+                  "WHERE tenant = 'a'")
+    got = uncapped.claim(get_policy(policy), queue="default", batch=4, worker="w")
+    assert [j.tenant for j in got] == ["b"]
+    assert uncapped.claim(get_policy(policy), queue="default", batch=4, worker="w") == []
+    assert uncapped.wake_due_tenants() == 0
+    assert uncapped.wake_stranded_tenants() == 1
+    got = uncapped.claim(get_policy(policy), queue="default", batch=4, worker="w")
+    assert [j.tenant for j in got] == ["a", "a"]

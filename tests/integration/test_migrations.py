@@ -122,6 +122,13 @@ def test_metadata_create_all_matches_the_migration(empty_dsn: str) -> None:
             "GROUP BY 1, 2 ORDER BY 1").fetchall()
     names = ["settings_read", "settings_stamp_insert", "settings_stamp_update"]
     assert policies == [("fairq", True, names), ("fairq_md", True, names)]
+    # Index definitions, predicates included (autogenerate compares names and columns only).
+    with psycopg.connect(empty_dsn) as conn:
+        defs = {s: {name: d.replace(f"{s}.", "") for name, d in conn.execute(
+                    "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s "
+                    "AND indexname <> 'alembic_version_pkc'", (s,)).fetchall()}
+                for s in ("fairq", "fairq_md")}
+    assert defs["fairq"] and defs["fairq"] == defs["fairq_md"]
 
 
 def test_concurrent_migrations_from_many_processes_all_succeed(empty_dsn: str) -> None:
