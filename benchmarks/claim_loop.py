@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/claim_loop.py [--shape singletons] [--scale 2.0] [--batch 8]
         [--policies fifo,weighted,fifo,weighted] [--vacuum-every 1.0] [--dsn URL]
+    .venv/bin/python benchmarks/claim_loop.py --policies weighted@0012,weighted,...
 
 drain_matrix.py measures the drain through real worker processes, where the claim, the finish,
 the worker's threads and the machine all move the figure. This takes the worker away: for each
@@ -9,13 +10,18 @@ policy in turn (a fresh database each, statistics never analyzed, the shape enqu
 drain_matrix.py enqueues it), one thread claims ``--batch`` jobs in an explicit transaction,
 timing the statement and the commit apart, then finishes them, until a claim comes back empty.
 ``--vacuum-every S`` VACUUMs tenant_schedule every S seconds, as the worker's maintenance does
-(0: never). It prints the median statement, commit and finish times and the WAL the drain wrote.
-Run policies more than once, alternating (the default): single runs on a shared machine move.
+(0: never). It prints the median statement, commit and finish times, the WAL the drain wrote and
+the CPU time its backends used per 1,000 jobs (from /proc, so the server must run on this
+machine; CPU time moves less than wall time on a shared machine). ``NAME@REVISION`` migrates that
+run's database only up to REVISION (an A/B of a migration that leaves the statements as they
+are). Run policies more than once, alternating (the default): single runs on a shared machine
+move.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -35,6 +41,21 @@ from fairq.policies import get_policy
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
+def backend_cpu(conn: Any) -> dict[int, float]:
+    """CPU seconds (user + system) of each backend connected to this database, from /proc."""
+    pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity "
+                                       "WHERE datname = current_database()").fetchall()]
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[pid] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return out
+
+
 def drain(dsn: str, policy: str, args: argparse.Namespace) -> dict[str, Any]:
     """Enqueue the shape, then claim and finish until empty; the medians in ms."""
     with dm.build_app(dsn) as a:
@@ -48,6 +69,7 @@ def drain(dsn: str, policy: str, args: argparse.Namespace) -> dict[str, Any]:
             row = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
             assert row is not None
             wal0 = row[0]
+            cpu0 = backend_cpu(conn)
         execute: list[float] = []
         commit: list[float] = []
         finish: list[float] = []
@@ -80,10 +102,12 @@ def drain(dsn: str, policy: str, args: argparse.Namespace) -> dict[str, Any]:
             row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (wal0,)).fetchone()
             assert row is not None
             wal = float(row[0])
+            cpu = sum(v - cpu0.get(pid, 0.0) for pid, v in backend_cpu(conn).items())
     return {"jobs": jobs, "expected": plan.base_jobs, "seconds": seconds, "claims": len(execute),
             "statement_ms": statistics.median(execute) * 1e3,
             "commit_ms": statistics.median(commit) * 1e3,
-            "finish_ms": statistics.median(finish) * 1e3, "wal_mb": wal / 1e6}
+            "finish_ms": statistics.median(finish) * 1e3, "wal_mb": wal / 1e6,
+            "cpu_ms_per_1000": cpu * 1e3 / max(jobs, 1) * 1000}
 
 
 def main() -> int:
@@ -100,17 +124,19 @@ def main() -> int:
                          "up front can be drained here")
     print(f"{args.shape} x {args.scale}, batch {args.batch}, VACUUM every {args.vacuum_every} s; "
           "medians per claim", flush=True)
-    for policy in [p for p in args.policies.split(",") if p]:
+    for spec in [p for p in args.policies.split(",") if p]:
+        policy, _, revision = spec.partition("@")
         name = create_database(args.dsn, "fairq_claimloop")
         try:
-            migrate.upgrade(dsn_for_db(args.dsn, name), dm.SCHEMA)
+            migrate.upgrade(dsn_for_db(args.dsn, name), dm.SCHEMA, revision or "head")
             r = drain(dsn_for_db(args.dsn, name), policy, args)
         finally:
             drop_database(args.dsn, name)
-        print(f"{policy:12s} {r['jobs']}/{r['expected']} jobs in {r['claims']} claims, "
+        print(f"{spec:16s} {r['jobs']}/{r['expected']} jobs in {r['claims']} claims, "
               f"{r['seconds']:.2f} s: statement {r['statement_ms']:.3f} ms, "
               f"commit {r['commit_ms']:.3f} ms, finish {r['finish_ms']:.3f} ms; "
-              f"WAL {r['wal_mb']:.1f} MB", flush=True)
+              f"WAL {r['wal_mb']:.1f} MB; backends {r['cpu_ms_per_1000']:.0f} ms CPU "
+              "per 1,000 jobs", flush=True)
     return 0
 
 
