@@ -125,8 +125,9 @@ stop AS MATERIALIZED (
 -- (no due job left; claim_settle decides it again under a lock). The waited tenant says so
 -- itself (its wait's snapshot is newer than this statement's). A tenant that gave fewer jobs
 -- than its pick allowed had no more, unless the batch cut it short: the last one served (the
--- stop, or the last sleeper when sleepers filled the batch; no tenant is named ''). The others
--- are asked, in this statement's snapshot (the walk waits for nothing).
+-- stop, or the last sleeper when sleepers filled the batch; no tenant is named ''). That one is
+-- asked, in this statement's snapshot (the walk waits for nothing), for a due job after the last
+-- one it gave (due_after, engine_v8.sql: not from the head of its queue, read by the pick).
 served AS MATERIALIZED (
     SELECT t.ctid, t.tenant, count(*)::int AS n, sum(t.inc) AS inc,
            CASE WHEN max(t.part) = 2 THEN NOT bool_or(t.more)
@@ -134,10 +135,7 @@ served AS MATERIALIZED (
                     (SELECT st.tenant FROM stop st),
                     (SELECT max(l.tenant) FROM taken l HAVING count(*) >= %(batch)s), '')
                 THEN true
-                ELSE NOT EXISTS (SELECT FROM {schema}.jobs q
-                      WHERE q.queue = %(queue)s AND q.tenant = t.tenant
-                        AND q.status = 'queued' AND q.run_at <= now()
-                        AND q.id <> ALL (array_agg(t.id))) END AS emptied
+                ELSE NOT {schema}.due_after(%(queue)s, t.tenant, array_agg(t.id)) END AS emptied
     FROM taken t GROUP BY t.ctid, t.tenant
 ),
 settled AS MATERIALIZED (

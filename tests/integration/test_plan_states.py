@@ -181,7 +181,7 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 # The engine's functions (fairq/sql/ddl/engine_v*.sql) are found in the database itself: a
 # statement auto_explain reports from inside one is labelled "function: its first words".
 ENGINE_FUNCTIONS = ("queue_vtime", "claim_share", "claim_head", "claim_wait", "wait_and_pick",
-                    "claim_settle", "eff_weight", "claim_terms", "groups_due")
+                    "claim_settle", "eff_weight", "claim_terms", "groups_due", "due_after")
 FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  f"(SELECT count(*) FROM {SCHEMA}.claim_head(%(queue)s, 3)) AS head, "
                  f"(SELECT count(*) FROM {SCHEMA}.claim_wait(%(queue)s, 3)) AS waited, "
@@ -403,7 +403,8 @@ _FAIR_READS = (("claim_fair", "tenant_schedule_runnable_idx"), ("claim_fair", "j
 CASES = (
     # A full claim: the sleepers first (woken at queue_vtime), then the walk from the whale.
     *(Case(f"claim_fair/{p}", "claim_fair", policy=p, served=(WHALE, *SLEEPERS),
-           functions=("queue_vtime", "claim_settle"), reads=_FAIR_READS)
+           functions=("queue_vtime", "claim_settle", "due_after"),
+           reads=(*_FAIR_READS, ("due_after", "jobs_tenant_ready_idx")))
       for p in ("round_robin", "weighted", "drr")),
     # Every due job held by another transaction: nothing is taken; the claim asks wait_and_pick
     # for the tenants to wait for (in its own statement when it holds no lock, else in a second
@@ -694,7 +695,7 @@ def test_every_function_statement_is_checked(states: States) -> None:
                     if normal(x.text) in src:
                         seen.setdefault(f, set()).add(normal(x.text))
     assert set(sources) >= {"queue_vtime", "claim_head", "claim_wait", "wait_and_pick",
-                            "claim_settle"}, sources.keys()
+                            "claim_settle", "due_after"}, sources.keys()
     # claim_share stays in the database for workers of an earlier release during a rolling
     # upgrade; no statement of this one calls it (claim_fair sums the weights itself).
     assert not any(".claim_share(" in text for text in _statements())
