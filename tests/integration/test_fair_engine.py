@@ -537,3 +537,30 @@ def test_the_safety_net_wakes_an_idle_tenant_with_a_due_job_and_no_wake_up(uncap
     assert uncapped.wake_stranded_tenants() == 1
     got = uncapped.claim(get_policy(policy), queue="default", batch=4, worker="w")
     assert [j.tenant for j in got] == ["a", "a"]
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_the_tenant_a_full_batch_stops_at_keeps_its_lower_priority_and_later_due_jobs(
+        uncapped: Store, dsn: str, policy: str) -> None:
+    """The batch is cut short at "a" (the walk's stop), which is asked for a due job after the
+    last one it gave, in the queue's order (priority DESC, run_at, id): runnable while it has
+    one (a lower-priority due job; claim_settle also checks again before it retires a tenant);
+    retired, waiting for its delayed job, once it has none: a delayed job is not due, and a
+    tenant kept runnable for it would be an empty one in the walk."""
+    import fairq
+
+    app = fairq.App(dsn)
+    try:
+        for priority in (5, 5, 0):
+            app.enqueue("t", tenant="a", priority=priority)
+        app.enqueue("t", tenant="a", delay=3600)
+    finally:
+        app.close()
+    active = "SELECT active, wake_at IS NOT NULL FROM fairq.tenant_schedule WHERE tenant = 'a'"
+    got = uncapped.claim(get_policy(policy), queue="default", batch=2, worker="w")
+    assert [j.priority for j in got] == [5, 5]
+    assert sql_rows(dsn, active) == [(True, False)]  # the priority-0 job is due after them
+    got = uncapped.claim(get_policy(policy), queue="default", batch=1, worker="w")
+    assert [j.priority for j in got] == [0]
+    assert sql_rows(dsn, active) == [(False, True)]  # only the delayed job is left
+    assert uncapped.claim(get_policy(policy), queue="default", batch=1, worker="w") == []
