@@ -12,10 +12,11 @@
 -- last job taken, in the queue's order (priority DESC, run_at, id): the rest of its priority,
 -- then the lower ones, as wait_and_pick (engine_v7.sql) asks after its wait.
 --
--- A queued job before the last one taken is one the pick skipped, locked by another claim;
--- the claim holding this tenant's row is this one, so that is a wait_and_pick that will take it
--- or give it back, and claim_settle's check under the row lock (in a fresh snapshot) keeps the
--- tenant runnable while it is open. STABLE: the claim statement's snapshot, as before.
+-- A queued job before the last one taken is one the pick skipped, locked by another
+-- transaction: a wait_and_pick that will take it or give it back (this claim holds the
+-- tenant's row, so no walk does), or a cancel. claim_settle's check under the row lock (in a
+-- fresh snapshot) keeps the tenant runnable while that transaction is open. STABLE: the claim
+-- statement's snapshot, as before.
 CREATE FUNCTION {schema}.due_after(q text, t text, ids bigint[]) RETURNS bool
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
