@@ -21,7 +21,6 @@ move.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from psycopg.rows import dict_row
 from support.db import create_database, drop_database, dsn_for_db
 
+from benchmarks import claim_cpu as cc
 from benchmarks import drain_matrix as dm
 from fairq import migrate
 from fairq.policies import get_policy
@@ -45,14 +45,12 @@ def backend_cpu(conn: Any) -> dict[int, float]:
     """CPU seconds (user + system) of each backend connected to this database, from /proc."""
     pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity "
                                        "WHERE datname = current_database()").fetchall()]
-    ticks = os.sysconf("SC_CLK_TCK")
     out: dict[int, float] = {}
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            out[pid] = cc.proc_cpu(pid) / cc.HZ
+        except OSError:  # the backend ended between the query and the read
             continue
-        out[pid] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
     return out
 
 
