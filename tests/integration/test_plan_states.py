@@ -12,6 +12,10 @@ autovacuum off on its tables, so the state stays the one it was built as:
 - ``analyzed_before_bulk``: 5 tenants x 2 jobs, ANALYZE, then the same load.
 - ``skewed``: the whale holds ~95% of the jobs (9,500; 100 tenants x 3), then ANALYZE.
 - ``fresh``: the load of the first state, then ANALYZE.
+- ``vacuumed``: the load of the first state, then VACUUM without ANALYZE: row and page counts in
+  pg_class, no column statistics. A database whose autovacuum is off is in this state once a
+  worker's maintenance has vacuumed tenant_schedule (``vacuum_tenant_schedule``, about every
+  second under load); the estimates then rest on real table sizes and default selectivities.
 
 Every state also holds two sleepers (one delayed job each, due by the time the cases run: a fair
 claim wakes them, serves them and claim_settle retires them), 200 idle tenants (their only job an
@@ -89,7 +93,8 @@ SLEEP_SECONDS = 1.0
 MAX_NODE_ROWS = 3 * BATCH + 2
 MAX_FILTERED = BATCH + 2
 TABLES = ("jobs", "tenant_schedule")
-STATES = ("never_analyzed", "analyzed_empty", "analyzed_before_bulk", "skewed", "fresh")
+STATES = ("never_analyzed", "analyzed_empty", "analyzed_before_bulk", "skewed", "fresh",
+          "vacuumed")
 MODES = ("generic", "custom")
 
 
@@ -132,6 +137,15 @@ def build_state(dsn: str, state: str) -> None:
             _enqueue_backlog(app, whale=5_000, per_tenant=50)
     if state in ("skewed", "fresh"):
         _tables(dsn, "ANALYZE {}")
+    elif state == "vacuumed":
+        _tables(dsn, "VACUUM {}")
+        with psycopg.connect(dsn, autocommit=True) as conn:  # sizes known, no statistics
+            sized = conn.execute(
+                "SELECT c.relname, c.reltuples, (SELECT count(*) FROM pg_stats s "
+                "WHERE s.schemaname = n.nspname AND s.tablename = c.relname) "
+                "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relname = ANY (%s)", (SCHEMA, list(TABLES))).fetchall()
+        assert len(sized) == 2 and all(tuples > 0 and stats == 0 for _, tuples, stats in sized), sized
     with psycopg.connect(dsn, autocommit=True) as conn:  # the sleepers are due before any case
         row = conn.execute(f"SELECT extract(epoch FROM max(wake_at) - now())::float8 "
                            f"FROM {SCHEMA}.tenant_schedule WHERE queue = %s AND tenant = ANY (%s)",
