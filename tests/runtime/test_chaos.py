@@ -1,7 +1,7 @@
 """Chaos soak: several worker processes over many capped tenants while one of them is
-killed with SIGKILL at random points of the drain and restarted. Sampled throughout, no tenant ever has
-more running jobs than its cap; at the end every job is done, attempts <= max_attempts, no
-running slot is leaked, and no attempt ran twice.
+killed with SIGKILL at random points of the drain and restarted. Sampled throughout, no tenant
+ever has more running jobs than its cap; at the end every job is done, attempts <= max_attempts,
+no running slot is leaked, and no attempt ran twice.
 
 CI runs a short version; ``FAIRQ_SLOW=1`` runs the long one (more jobs, more kills).
 """
@@ -82,12 +82,14 @@ def test_chaos_kill_9_soak(tmp_path: Path) -> None:
         # Kills are paced by progress, not by the clock: a fast box must not drain the queue
         # before the soak has killed anyone, a slow one must not be killed over and over.
         milestones = sorted(rng.uniform(0.05, 0.6) for _ in range(KILLS))
+        progress = psycopg.connect(dsn, autocommit=True)  # one session polls, not one per poll
         try:
             deadline = time.monotonic() + (1800 if SLOW else 400)
-            while left := sql(dsn, "SELECT count(*) FROM fairq.jobs WHERE status <> 'done'")[0][0]:
+            while left := progress.execute(
+                    "SELECT count(*) FROM fairq.jobs WHERE status <> 'done'").fetchall()[0][0]:
                 assert time.monotonic() < deadline, "the soak did not finish"
                 if not milestones or (JOBS - left) < milestones[0] * JOBS:
-                    time.sleep(0.02)
+                    time.sleep(0.05)
                     continue
                 milestones.pop(0)
                 victim = rng.randrange(WORKERS)
@@ -98,6 +100,7 @@ def test_chaos_kill_9_soak(tmp_path: Path) -> None:
                 workers[victim] = spawn_worker(dsn, log_dir, *args)
                 assert all(w.poll() is None for w in workers), "a worker died on its own"
         finally:
+            progress.close()
             stop.set()
             th.join(10)
             outs += [stop_worker(w) for w in workers]
