@@ -88,6 +88,7 @@ def test_chaos_kill_9_soak(tmp_path: Path) -> None:
             while left := progress.execute(
                     "SELECT count(*) FROM fairq.jobs WHERE status <> 'done'").fetchall()[0][0]:
                 assert time.monotonic() < deadline, "the soak did not finish"
+                assert all(w.poll() is None for w in workers), "a worker died on its own"
                 if not milestones or (JOBS - left) < milestones[0] * JOBS:
                     time.sleep(0.05)
                     continue
@@ -98,7 +99,6 @@ def test_chaos_kill_9_soak(tmp_path: Path) -> None:
                 outs.append(("", worker_stderr(workers[victim])))
                 kills += 1
                 workers[victim] = spawn_worker(dsn, log_dir, *args)
-                assert all(w.poll() is None for w in workers), "a worker died on its own"
         finally:
             progress.close()
             stop.set()
