@@ -97,11 +97,11 @@ class _TimestamptzLoader(TimestamptzLoader):
             return datetime.min.replace(tzinfo=UTC)
         try:
             parsed = datetime.fromisoformat(bytes(data).decode("ascii"))
-        except ValueError:
-            return super().load(data)
-        if parsed.tzinfo is None:  # not a timestamptz in ISO style: psycopg decides
-            return super().load(data)
-        return parsed.astimezone(self._timezone)
+            if parsed.tzinfo is not None:  # else not a timestamptz in ISO style: psycopg decides
+                return parsed.astimezone(self._timezone)
+        except (ValueError, OverflowError):  # out of datetime's range: psycopg's error
+            pass
+        return super().load(data)
 
 
 def adapt_connection(conn: psycopg.Connection[Any]) -> None:
