@@ -99,7 +99,7 @@ class _TimestamptzLoader(TimestamptzLoader):
             parsed = datetime.fromisoformat(bytes(data).decode("ascii"))
             if parsed.tzinfo is not None:  # else not a timestamptz in ISO style: psycopg decides
                 return parsed.astimezone(self._timezone)
-        except (ValueError, OverflowError):  # out of datetime's range: psycopg's error
+        except (ValueError, OverflowError):  # not ISO, or past datetime's range: psycopg decides
             pass
         return super().load(data)
 
