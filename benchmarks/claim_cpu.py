@@ -1,7 +1,8 @@
 """Where a claim's CPU goes: per 1,000 jobs, the claimers' backends, the Python process, the machine.
 
     python benchmarks/claim_cpu.py [--tenants 1] [--policies fifo,weighted] [--repeats 10]
-                                   [--variant NAME=FILE.sql ...] [--uprobes]
+                                   [--variant NAME=FILE.sql ...] [--setup FILE.sql ...]
+                                   [--uprobes]
 
 claim_bench.py measures throughput; on a small, shared machine its ratios move by 0.1 from run to
 run, too much to judge a change worth a few percent. This runs the same claim + finish rounds on
@@ -11,7 +12,8 @@ the policies, and reads CPU time from /proc around every round: the claimers' ba
 rounds. ``--variant NAME=FILE.sql`` runs a candidate claim_fair (the statement text of
 FILE, with ``{schema}`` and ``%(name)s`` placeholders like fairq/sql/claim.sql) as one more
 policy with weighted's parameters, so a candidate and the current statement meet in the same
-run. ``--uprobes`` (root, Linux perf) also counts, per claim and finish, the backends' calls of
+run; ``--setup FILE.sql`` creates what a candidate calls (a new engine function, say) first.
+``--uprobes`` (root, Linux perf) also counts, per claim and finish, the backends' calls of
 EvalPlanQualBegin (rows rechecked after a concurrent update) and ExecInitNode (plan nodes
 started): counts, unlike times, do not depend on what else the machine is doing.
 """
@@ -109,6 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tenants", type=int, default=1)
     ap.add_argument("--policies", default="fifo,weighted")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=FILE.sql")
+    ap.add_argument("--setup", action="append", default=[], metavar="FILE.sql",
+                    help="DDL run once after the schema is made ({schema}: its quoted name), "
+                         "e.g. a candidate engine function a --variant calls")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--jobs-per-round", type=int, default=4000)
     ap.add_argument("--workers", type=int, default=4)
@@ -133,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backlog = len(pols) * (args.repeats + 2) * args.jobs_per_round + 20 * args.tenants
         db = cb.load_size(cluster.dsn, args.tenants, backlog, 100_000)
         dsn = cp.with_db(cluster.dsn, db)
+        run_setup(dsn, args.setup)
         rows: dict[str, list[tuple[float, ...]]] = {p: [] for p in pols}
         probes: dict[str, dict[str, float]] = {}
         with cb.claimers(dsn, args.workers, "auto") as stores, \
@@ -193,6 +199,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for text, calls, ms in top:
             print(f"| {ms:.1f} | {calls:.0f} | `{text}` |")
     return 0
+
+
+def run_setup(dsn: str, files: Sequence[str]) -> None:
+    """Each FILE's DDL, ``{schema}`` replaced by the benchmark schema's quoted name."""
+    import psycopg
+    from psycopg import sql as pgsql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        quoted = pgsql.Identifier(cp.SCHEMA).as_string(conn)
+        for f in files:
+            conn.execute(Path(f).read_text().replace("{schema}", quoted).encode())
 
 
 def statements_reset(dsn: str) -> None:
