@@ -24,7 +24,7 @@
 -- 3. When the walk took nothing and the statement holds no lock (no transaction id yet: every
 --    row it could have locked was held), wait_and_pick picks the jobs of the first runnable
 --    tenant with a due job and waits for its row, in this statement. Holding no tenant row, the
---    wait cannot close a lock cycle (engine_v7.sql). With `wait` (the store's second
+--    wait cannot close a lock cycle (engine_v9.sql). With `wait` (the store's second
 --    statement, when the first came back empty holding something: sleepers or walked tenants
 --    with nothing due) no sleepers, no walk, and the same wait.
 -- 4. The jobs are marked running, then claim_settle writes the tenants' counts and virtual times

@@ -327,10 +327,9 @@ def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
     gets 10, not the one job a window measured from its older snapshot would allow.
     MultiXacts (a row locked or written in a subtransaction and then updated by its parent
     needs one to keep both ids; engine v5's claim_wait made eleven per waiting claim of ten, one
-    on the tenant's row and one on each job): none on the jobs, one on the tenant's row (its lock
-    is the subtransaction's, so that a tenant left without room can be given back). Engine v6
-    took the row by a no-op UPDATE instead, which avoided it only when the holder had not
-    written the row; claims and finishes always do, and the UPDATE cost a row version more."""
+    on the tenant's row and one on each job; engine v7's wait_and_pick one, on the tenant's row,
+    locked in a subtransaction so that a tenant left without room could be given back): none.
+    The wait locks the row in the claim's own transaction (engine_v9.sql)."""
     import psycopg
 
     from fairq import sql
@@ -369,7 +368,7 @@ def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
     assert (running, vtime) == (before[0] + want,
                                 before[1] + (10 if holder_serves else 0) + want / 2.0)
     assert running_mismatch(dsn) == []
-    assert (_multixact_rows(dsn, "tenant_schedule"), _multixact_rows(dsn, "jobs")) == (1, 0)
+    assert (_multixact_rows(dsn, "tenant_schedule"), _multixact_rows(dsn, "jobs")) == (0, 0)
 
 
 @pytest.mark.parametrize("policy", FAIR)
@@ -483,6 +482,89 @@ def test_the_wait_skips_a_tenant_whose_last_job_went_while_it_waited(uncapped: S
     finally:
         holder_a.close()
         holder_b.close()
+
+
+def _blocked_by(dsn: str, pid: int, holder: int) -> None:
+    """Return once backend ``pid`` waits for a lock ``holder`` holds (or waits ahead for)."""
+    deadline = time.monotonic() + 30
+    while not sql_rows(dsn, "SELECT 1 WHERE %s = ANY (pg_blocking_pids(%s))", (holder, pid)):
+        assert time.monotonic() < deadline, f"backend {pid} never waited for {holder}"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_a_wait_left_holding_a_tenant_without_room_waits_for_no_other_row(
+        uncapped: Store, dsn: str, policy: str) -> None:
+    """Tenants "a" and "b" both held: the claim waits for "a" (first in order). "a"'s holder
+    takes it to its cap and commits, while "b"'s holder, which keeps "b", asks for "a" too (a
+    finish or a fifo claim locks its tenants in name order). The claim now holds "a", with no
+    room to serve: waiting for "b" would close a cycle (the claim waits for "b"'s holder, which
+    waits for the claim), which PostgreSQL breaks by failing one of them after deadlock_timeout.
+    The wait locks "b" SKIP LOCKED instead, comes back empty and lets "a" go; the store's second
+    statement, holding nothing, waits for "b" and gets its jobs once "b"'s holder commits."""
+    import psycopg
+
+    fill(uncapped, {"a": 5, "b": 5})
+    holder_a = psycopg.connect(dsn)
+    holder_b = psycopg.connect(dsn)
+    errors: list[BaseException] = []
+    got: list[list[str]] = []
+
+    def claim() -> None:
+        try:
+            got.append([j.tenant for j in uncapped.claim(get_policy(policy), queue="default",
+                                                         batch=10, worker="w")])
+        except BaseException as e:  # reported by the assertion below
+            errors.append(e)
+
+    def b_takes_a() -> None:
+        try:
+            holder_b.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'a' "
+                             "FOR NO KEY UPDATE")
+        except BaseException as e:  # reported by the assertion below
+            errors.append(e)
+
+    claimer = threading.Thread(target=claim)
+    b_waits = threading.Thread(target=b_takes_a)
+    try:
+        holder_a.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'a' "
+                         "FOR NO KEY UPDATE")
+        holder_b.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'b' "
+                         "FOR NO KEY UPDATE")
+        claimer.start()
+        claimer_pid = _the_lock_waiter(dsn)
+        _blocked_by(dsn, claimer_pid, holder_a.info.backend_pid)
+        b_waits.start()  # queued behind the claim for "a"
+        _blocked_by(dsn, holder_b.info.backend_pid, claimer_pid)
+        holder_a.execute("UPDATE fairq.tenant_schedule SET max_running = running "
+                         "WHERE tenant = 'a'")
+        holder_a.commit()
+        b_waits.join(30)  # "b"'s holder gets "a" once the claim's first statement ends
+        assert not b_waits.is_alive() and not errors, errors
+        # The store's second statement waits for "b" now.
+        _blocked_by(dsn, claimer_pid, holder_b.info.backend_pid)
+        holder_b.commit()
+        claimer.join(30)
+        assert not errors, errors
+        assert got == [["b"] * 5]
+    finally:
+        holder_a.close()
+        holder_b.close()
+        claimer.join(30)
+        b_waits.join(30)
+    assert running_mismatch(dsn) == []
+
+
+def _the_lock_waiter(dsn: str) -> int:
+    """The pid of the one backend of this database waiting for a lock, once there is one."""
+    deadline = time.monotonic() + 30
+    while not (rows := sql_rows(dsn, "SELECT pid FROM pg_stat_activity "
+                                     "WHERE datname = current_database() "
+                                     "AND wait_event_type = 'Lock'")):
+        assert time.monotonic() < deadline, "nothing ever waited for a lock"
+        time.sleep(0.01)
+    assert len(rows) == 1, rows
+    return int(rows[0][0])
 
 
 @pytest.mark.parametrize("policy", FAIR)
