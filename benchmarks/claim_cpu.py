@@ -2,7 +2,7 @@
 
     python benchmarks/claim_cpu.py [--tenants 1] [--policies fifo,weighted] [--repeats 10]
                                    [--variant NAME=FILE.sql ...] [--setup FILE.sql ...]
-                                   [--uprobes]
+                                   [--vacuum-jobs SECONDS] [--uprobes]
 
 claim_bench.py measures throughput; on a small, shared machine its ratios move by 0.1 from run to
 run, too much to judge a change worth a few percent. This runs the same claim + finish rounds on
@@ -28,8 +28,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -114,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--setup", action="append", default=[], metavar="FILE.sql",
                     help="DDL run once after the schema is made ({schema}: its quoted name), "
                          "e.g. a candidate engine function a --variant calls")
+    ap.add_argument("--vacuum-jobs", type=float, default=0.0, metavar="SECONDS",
+                    help="also VACUUM jobs every SECONDS beside the claimers (0: never, as a "
+                         "deployment between autovacuums): what the dead index entries at the "
+                         "head of the queue cost")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--jobs-per-round", type=int, default=4000)
     ap.add_argument("--workers", type=int, default=4)
@@ -142,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows: dict[str, list[tuple[float, ...]]] = {p: [] for p in pols}
         probes: dict[str, dict[str, float]] = {}
         with cb.claimers(dsn, args.workers, "auto") as stores, \
-                cb.worker_maintenance(dsn, cb.DEFAULT_VACUUM_INTERVAL):
+                cb.worker_maintenance(dsn, cb.DEFAULT_VACUUM_INTERVAL), \
+                vacuuming_jobs(dsn, args.vacuum_jobs):
             pids = []
             for s in stores:
                 with s.pool.connection() as conn:
@@ -199,6 +206,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         for text, calls, ms in top:
             print(f"| {ms:.1f} | {calls:.0f} | `{text}` |")
     return 0
+
+
+@contextmanager
+def vacuuming_jobs(dsn: str, every: float) -> Iterator[None]:
+    """A thread that runs VACUUM on jobs every ``every`` seconds while the block runs."""
+    if every <= 0:
+        yield
+        return
+    import psycopg
+    from psycopg import sql as pgsql
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            table = pgsql.Identifier(cp.SCHEMA, "jobs")
+            while not stop.wait(every):
+                conn.execute(pgsql.SQL("VACUUM {}").format(table))
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
 
 
 def run_setup(dsn: str, files: Sequence[str]) -> None:
