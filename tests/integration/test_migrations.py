@@ -80,6 +80,36 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_dsn: str) -> None:
     assert drift(empty_dsn, "fairq") == []
 
 
+def _function_body(dsn: str, name: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n "
+                           "ON n.oid = p.pronamespace WHERE n.nspname = 'fairq' "
+                           "AND p.proname = %s", (name,)).fetchone()
+    assert row is not None, name
+    return str(row[0])
+
+
+def _file_body(version: int, name: str) -> str:
+    """The body of ``name`` as fairq/sql/ddl/engine_v<version>.sql defines it."""
+    from importlib import resources
+
+    text = resources.files("fairq.sql").joinpath(f"ddl/engine_v{version}.sql").read_text(
+        encoding="utf-8")
+    start = text.index("$$", text.index(f"{{schema}}.{name}(")) + 2
+    return text[start:text.index("$$", start)].replace("{schema}", '"fairq"')
+
+
+def test_a_step_back_from_0015_restores_the_wait_of_engine_v7(empty_dsn: str) -> None:
+    """Migration 0015 replaces wait_and_pick in place (engine_v9.sql); its downgrade puts
+    engine_v7.sql's back, and the upgrade after it v9's again."""
+    migrate.upgrade(empty_dsn, "fairq")
+    assert _function_body(empty_dsn, "wait_and_pick") == _file_body(9, "wait_and_pick")
+    migrate.downgrade(empty_dsn, "fairq", "0014")
+    assert _function_body(empty_dsn, "wait_and_pick") == _file_body(7, "wait_and_pick")
+    migrate.upgrade(empty_dsn, "fairq")
+    assert _function_body(empty_dsn, "wait_and_pick") == _file_body(9, "wait_and_pick")
+
+
 def test_upgrade_is_idempotent(empty_dsn: str) -> None:
     migrate.upgrade(empty_dsn, "fairq")
     migrate.upgrade(empty_dsn, "fairq")
