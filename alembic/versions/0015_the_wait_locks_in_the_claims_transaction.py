@@ -12,10 +12,10 @@ Create Date: 2026-12-02
 """
 from __future__ import annotations
 
-from importlib import resources
-
 import sqlalchemy as sa
 from alembic import op
+
+from fairq.schema import engine_functions_ddl
 
 revision = "0015"
 down_revision = "0014"
@@ -27,20 +27,14 @@ def _schema() -> str:
     return str(op.get_context().opts["version_table_schema"])
 
 
-def _ddl(version: int) -> str:
-    return resources.files("fairq.sql").joinpath(f"ddl/engine_v{version}.sql").read_text(
-        encoding="utf-8")
-
-
 def upgrade() -> None:
-    op.execute(sa.text(_ddl(9).replace("{schema}", f'"{_schema()}"'))
-               .execution_options(no_parameters=True))
+    op.execute(sa.text(engine_functions_ddl(_schema(), 9)).execution_options(no_parameters=True))
 
 
 def downgrade() -> None:
-    v7 = _ddl(7)  # its wait_and_pick
-    start = v7.index("CREATE FUNCTION {schema}.wait_and_pick(")
+    s = _schema()
+    v7 = engine_functions_ddl(s, 7)  # its wait_and_pick
+    start = v7.index(f'CREATE FUNCTION "{s}".wait_and_pick(')
     end = v7.index("\n$$;", start) + 4
-    op.execute(sa.text(v7[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
-                       .replace("{schema}", f'"{_schema()}"'))
+    op.execute(sa.text(v7[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
                .execution_options(no_parameters=True))

@@ -91,12 +91,11 @@ def _function_body(dsn: str, name: str) -> str:
 
 def _file_body(version: int, name: str) -> str:
     """The body of ``name`` as fairq/sql/ddl/engine_v<version>.sql defines it."""
-    from importlib import resources
+    from fairq.schema import engine_functions_ddl
 
-    text = resources.files("fairq.sql").joinpath(f"ddl/engine_v{version}.sql").read_text(
-        encoding="utf-8")
-    start = text.index("$$", text.index(f"{{schema}}.{name}(")) + 2
-    return text[start:text.index("$$", start)].replace("{schema}", '"fairq"')
+    text = engine_functions_ddl("fairq", version)
+    start = text.index("$$", text.index(f'"fairq".{name}(')) + 2
+    return text[start:text.index("$$", start)]
 
 
 def test_a_step_back_from_0015_restores_the_wait_of_engine_v7(empty_dsn: str) -> None:
