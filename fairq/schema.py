@@ -93,18 +93,6 @@ def jobs_storage_ddl(schema: str) -> str:
     return f'ALTER TABLE "{validate_schema_name(schema)}".jobs SET ({params})'
 
 
-# tenant_schedule: every claim and finish writes it, so a VACUUM (the workers' every second or
-# so, or autovacuum) that tried to cut empty pages off its end would retry an ACCESS EXCLUSIVE
-# lock for up to 5 s and give up (migration 0016). Its freed pages are reused by the next writes.
-SCHEDULE_STORAGE = {"vacuum_truncate": "false"}
-
-
-def schedule_storage_ddl(schema: str) -> str:
-    """``ALTER TABLE`` setting tenant_schedule's storage parameters."""
-    params = ", ".join(f"{k} = {v}" for k, v in SCHEDULE_STORAGE.items())
-    return f'ALTER TABLE "{validate_schema_name(schema)}".tenant_schedule SET ({params})'
-
-
 def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     """Build the metadata for ``schema``; a fresh object each call so schemas never mix."""
     schema = validate_schema_name(schema)
@@ -247,7 +235,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     # The scheduler's per (queue, tenant) state. weight and max_running are copies of the
     # tenant's configuration so the claim reads one row; `running` is the exact count of this
     # tenant's running jobs in this queue; `vtime` is its virtual time (service received / weight).
-    schedule = Table(
+    Table(
         "tenant_schedule",
         md,
         Column("queue", Text, nullable=False),
@@ -297,7 +285,6 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Index("tenant_schedule_due_idx", "queue", "wake_at",
               postgresql_where=text("NOT active AND wake_at IS NOT NULL")),
     )
-    event.listen(schedule, "after_create", DDL(schedule_storage_ddl(schema)))  # type: ignore[no-untyped-call]
     # Periodic schedules declared in code (App.periodic): the last tick enqueued per (name,
     # tenant). A tick is claimed by a conditional UPDATE in the transaction that enqueues it.
     Table(

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, pool
 import fairq
 from fairq import migrate
 from fairq.config import sqlalchemy_url
-from fairq.schema import JOBS_STORAGE, SCHEDULE_STORAGE, build_metadata
+from fairq.schema import JOBS_STORAGE, build_metadata
 
 TABLES = {"alembic_version", "jobs", "periodic", "settings", "tenant_schedule", "tenants",
           "tenant_groups", "group_schedule"}
@@ -131,13 +131,6 @@ def test_jobs_table_storage_parameters(dsn: str) -> None:
     assert reloptions(dsn, "fairq", "jobs") == JOBS_STORAGE
 
 
-def test_schedule_table_storage_parameters_and_their_step_back(empty_dsn: str) -> None:
-    migrate.upgrade(empty_dsn, "fairq")
-    assert reloptions(empty_dsn, "fairq", "tenant_schedule") == SCHEDULE_STORAGE
-    migrate.downgrade(empty_dsn, "fairq", "0015")
-    assert reloptions(empty_dsn, "fairq", "tenant_schedule") == {}
-
-
 def test_metadata_create_all_matches_the_migration(empty_dsn: str) -> None:
     """create_all (used by tools and tests) builds the same tables, storage parameters included."""
     engine = create_engine(sqlalchemy_url(empty_dsn), poolclass=pool.NullPool)
@@ -148,7 +141,6 @@ def test_metadata_create_all_matches_the_migration(empty_dsn: str) -> None:
     finally:
         engine.dispose()
     assert reloptions(empty_dsn, "fairq_md", "jobs") == JOBS_STORAGE
-    assert reloptions(empty_dsn, "fairq_md", "tenant_schedule") == SCHEDULE_STORAGE
     assert drift(empty_dsn, "fairq_md") == []
     migrate.upgrade(empty_dsn, "fairq")
     with psycopg.connect(empty_dsn) as conn:  # settings' row-level security, both ways

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import psycopg
@@ -109,47 +108,3 @@ def test_schedule_vacuum_without_statistics_always_runs(store: Store, dsn: str) 
         assert blind.schedule_vacuum_due(10**9, 3600) is True
     finally:
         blind.close()
-
-
-def test_schedule_vacuum_never_waits_to_truncate_a_busy_table(store: Store, dsn: str) -> None:
-    """A VACUUM that finds empty pages at the table's end would try to cut them off, retrying an
-    ACCESS EXCLUSIVE lock for up to 5 s (wait event VacuumTruncate) while claims hold the table;
-    tenant_schedule's storage parameter (migration 0016) says never. Checked with empty tail
-    pages and another transaction holding a tenant row, as a claim or finish does."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO fairq.tenant_schedule (queue, tenant, active) "
-                     "VALUES ('default', 'kept', true)")
-        conn.execute("INSERT INTO fairq.tenant_schedule (queue, tenant, active) "
-                     "SELECT 'pad', 'p' || g, false FROM generate_series(1, 5000) g")
-        conn.execute("DELETE FROM fairq.tenant_schedule WHERE queue = 'pad'")
-    with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as watch:
-        holder.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'kept' "
-                       "FOR NO KEY UPDATE")   # as a claim or finish does; left open
-        done = threading.Event()
-        errors: list[BaseException] = []
-
-        def vacuum() -> None:
-            try:
-                store.vacuum_tenant_schedule()
-            except BaseException as exc:  # reported by the test, not lost in the thread
-                errors.append(exc)
-            finally:
-                done.set()
-
-        thread = threading.Thread(target=vacuum)
-        thread.start()
-        seen: set[str] = set()
-        while not done.is_set():
-            seen.update(r[0] for r in watch.execute(
-                "SELECT wait_event FROM pg_stat_activity "
-                "WHERE pid <> pg_backend_pid() AND query LIKE '%VACUUM%' "
-                "AND wait_event IS NOT NULL"))
-            done.wait(0.01)
-        thread.join()
-        holder.rollback()
-    assert not errors
-    assert "VacuumTruncate" not in seen
-    # The VACUUM ran (it sets relpages; a new table has 0) and left the empty pages in place.
-    ((pages, size),) = sql_rows(dsn, "SELECT relpages, pg_relation_size(oid) / 8192 FROM pg_class "
-                                     "WHERE oid = 'fairq.tenant_schedule'::regclass")
-    assert pages == size > 1
