@@ -10,6 +10,10 @@ autovacuum off on its tables, so the state stays the one it was built as:
 - ``never_analyzed``: a whale of 5,000 jobs enqueued first, then 100 tenants x 50 jobs; no ANALYZE.
 - ``analyzed_empty``: ANALYZE right after the migration, then the same load.
 - ``analyzed_before_bulk``: 5 tenants x 2 jobs, ANALYZE, then the same load.
+- ``analyzed_one_tenant``: one tenant's 2 jobs, ANALYZE, then 400 tenants with a job each and the
+  same load: a queue whose first customer came alone, then the others (tenant_schedule's
+  statistics say one row). Without ``enable_sort = off`` the walk read the whole queue's tenants
+  by tenant_schedule_pkey and sorted them, in every fair claim.
 - ``skewed``: the whale holds ~95% of the jobs (9,500; 100 tenants x 3), then ANALYZE.
 - ``fresh``: the load of the first state, then ANALYZE.
 - ``vacuumed``: the load of the first state, then VACUUM without ANALYZE: row and page counts in
@@ -84,6 +88,7 @@ SLEEPERS = ("s1", "s2")
 # so claim_settle's retirement of tenants it did not serve runs (served ones retire earlier).
 EMPTY_SLEEPER = "s3"
 IDLE = [f"idle{i:03d}" for i in range(200)]  # idle tenants: their only job is an hour away
+CROWD = 400  # analyzed_one_tenant's extra runnable tenants, u0000.. (after the whale in the walk)
 HELD_TENANTS = ("h1", "h2", "h3")
 CAPPED_TENANT = "c1"
 SLEEP_SECONDS = 1.0
@@ -93,8 +98,8 @@ SLEEP_SECONDS = 1.0
 MAX_NODE_ROWS = 3 * BATCH + 2
 MAX_FILTERED = BATCH + 2
 TABLES = ("jobs", "tenant_schedule")
-STATES = ("never_analyzed", "analyzed_empty", "analyzed_before_bulk", "skewed", "fresh",
-          "vacuumed")
+STATES = ("never_analyzed", "analyzed_empty", "analyzed_before_bulk", "analyzed_one_tenant",
+          "skewed", "fresh", "vacuumed")
 MODES = ("generic", "custom")
 
 
@@ -131,6 +136,11 @@ def build_state(dsn: str, state: str) -> None:
         elif state == "analyzed_before_bulk":
             app.enqueue_many("plan", [(t, None) for t in TENANTS[:5] for _ in range(2)])
             _tables(dsn, "ANALYZE {}")
+        elif state == "analyzed_one_tenant":
+            app.enqueue_many("plan", [(TENANTS[0], None)] * 2)
+            _tables(dsn, "ANALYZE {}")
+            # More runnable tenants than the load's 100: the runnable index grows a level.
+            app.enqueue_many("plan", [(f"u{i:04d}", None) for i in range(CROWD)])
         if state == "skewed":
             _enqueue_backlog(app, whale=9_500, per_tenant=3)
         else:
@@ -585,6 +595,7 @@ class Defect:
     matches: Callable[[Problem], bool]
 
 
+_SUSPECTS = "claim_settle: suspects := suspects || array("
 DEFECTS = {
     "head-lookup": Defect(
         "claim_head locks the tenant it waits for through tenant_schedule_runnable_idx with the "
@@ -604,8 +615,8 @@ DEFECTS = {
         "tenant_schedule_due_idx (or tenant_schedule_wake_idx) with no Index Cond, Filter ((NOT "
         "active) AND (ctid = ANY ($11))): the partial index of idle tenants is read whole (200 rows "
         "here), in every fair claim, sleepers or not.",
-        lambda p: p.statement.startswith("claim_settle:") and p.rule in ("ctid-not-tid-scan", "rows",
-                                                                         "filtered")),
+        lambda p: p.statement.startswith("claim_settle:") and not p.statement.startswith(_SUSPECTS)
+        and p.rule in ("ctid-not-tid-scan", "rows", "filtered")),
     "fifo-tenants-filter": Defect(
         "claim_fifo reads every tenant row of the queue (tenant = ANY in a Filter of "
         "tenant_schedule_pkey) to lock and update its batch's tenants",
@@ -615,6 +626,19 @@ DEFECTS = {
         "the few tenants of a batch",
         lambda p: p.statement == "claim_fifo" and p.part in ("locked", "upd_tenants")
         and p.rule in ("tenant-not-in-index-cond", "rows", "filtered")),
+    "settle-stop-pkey": Defect(
+        "claim_settle finds the runnable tenants at the stop's vtime before the stop's tenant "
+        "through tenant_schedule_pkey (every tenant before it, vtime in a Filter), not the "
+        "runnable index, when tenant_schedule's statistics say it holds one row",
+        "claim_settle (engine_v5.sql), `SELECT ts.tenant FROM tenant_schedule ts WHERE ts.queue = q "
+        "AND ts.active AND ts.running < ts.max_running AND ts.vtime = stop_v AND ts.tenant < "
+        "stop_t ORDER BY ts.tenant LIMIT 1000`: both indexes give the tenant order, and with one "
+        "row in the statistics the planner takes the primary key: Index Cond ((queue = $1) AND "
+        "(tenant < $5)), Filter (... vtime = $4), 202 rows removed in analyzed_one_tenant. "
+        "Ordering by (vtime, tenant), the same order here, would leave the runnable index alone "
+        "without a sort. Seen on 15 and 18 since the state was added (not fixed yet: a new engine "
+        "version).",
+        lambda p: p.statement.startswith(_SUSPECTS) and p.rule in ("walk-index", "rows", "filtered")),
 }
 
 
@@ -642,7 +666,9 @@ def _expand(*entries: tuple[str, Sequence[str], Sequence[str], Sequence[str]]
 # settle-wake-scan in generic plans of every analyzed state; fifo-tenants-filter on 15) and are
 # fixed since: claim_head and claim_fifo lock by the key alone, claim_settle writes by ctid alone.
 # The catalogue stays, so a regression is named when it comes back.
-KNOWN: dict[int, dict[tuple[str, str, str], frozenset[str]]] = {15: {}, 18: {}}
+# settle-stop-pkey: the analyzed_one_tenant state found it (added with it, not fixed yet).
+_STOP_PKEY = _expand(("settle-stop-pkey", ("analyzed_one_tenant",), _FAIR, _ALL))
+KNOWN: dict[int, dict[tuple[str, str, str], frozenset[str]]] = {15: _STOP_PKEY, 18: _STOP_PKEY}
 
 
 def classify(problems: Sequence[Problem]) -> tuple[set[str], list[Problem]]:
