@@ -109,18 +109,6 @@ def test_a_step_back_from_0015_restores_the_wait_of_engine_v7(empty_dsn: str) ->
     assert _function_body(empty_dsn, "wait_and_pick") == _file_body(9, "wait_and_pick")
 
 
-def test_a_step_back_from_0016_restores_the_settle_of_engine_v5(empty_dsn: str) -> None:
-    """Migration 0016 replaces claim_settle in place (engine_v10.sql); its downgrade puts
-    engine_v5.sql's back, and the upgrade after it v10's again."""
-    migrate.upgrade(empty_dsn, "fairq")
-    assert _function_body(empty_dsn, "claim_settle") == _file_body(10, "claim_settle")
-    assert _file_body(10, "claim_settle") != _file_body(5, "claim_settle")
-    migrate.downgrade(empty_dsn, "fairq", "0015")
-    assert _function_body(empty_dsn, "claim_settle") == _file_body(5, "claim_settle")
-    migrate.upgrade(empty_dsn, "fairq")
-    assert _function_body(empty_dsn, "claim_settle") == _file_body(10, "claim_settle")
-
-
 def test_upgrade_is_idempotent(empty_dsn: str) -> None:
     migrate.upgrade(empty_dsn, "fairq")
     migrate.upgrade(empty_dsn, "fairq")
