@@ -61,11 +61,10 @@ new_tenants AS (
     RETURNING ts.queue
 ),
 locked AS MATERIALIZED (
-    SELECT x.queue, x.tenant
-    FROM (SELECT * FROM per_tenant ORDER BY queue, tenant) p
-    CROSS JOIN LATERAL (SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
-                        WHERE ts.queue = p.queue AND ts.tenant = p.tenant
-                        FOR NO KEY UPDATE OF ts) x
+    SELECT ts.queue, ts.tenant
+    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
+    ORDER BY ts.queue, ts.tenant
+    FOR NO KEY UPDATE OF ts
 ),
 woken AS (
     UPDATE {schema}.tenant_schedule ts
