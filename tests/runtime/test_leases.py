@@ -4,6 +4,7 @@ kept alive by heartbeats that a held lock cannot delay."""
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import threading
@@ -77,17 +78,19 @@ def counts(dsn: str) -> dict[str, int]:
 
 
 def test_drain_after_kill_9_finishes_every_job(dsn: str, tmp_path: Path) -> None:
-    """kill -9 a worker running 300 short jobs (lease 2 s) a second after it started, wait 3 s,
-    drain with `fairq worker --until-empty`: it exits 0 only once every job is done. The dead
+    """kill -9 a worker while its 8 slots run jobs (lease 2 s), wait 3 s, drain 300 short jobs
+    with `fairq worker --until-empty`: it exits 0 only once every job is done. The dead
     worker's leases expired but the shared reaper interval (one reap per 5 s across workers)
-    has not come round yet: the drain reaps them itself before it concludes."""
+    has not come round yet: the drain reaps them itself before it concludes. The first worker's
+    jobs take 30 s (an environment variable the task reads), so its slots are surely busy when
+    it is killed: with 50 ms jobs it once finished them all between the look and the kill."""
     (tmp_path / "drain_tasks.py").write_text(
-        "import time\n"
+        "import os, time\n"
         "import fairq\n"
         "app = fairq.App()\n"
         "@app.task(name='short', lease=2)\n"
         "def short(job):\n"
-        "    time.sleep(0.05)\n"
+        "    time.sleep(float(os.environ.get('DRAIN_TEST_JOB_SECONDS', '0.05')))\n"
     )
     with fairq.App(dsn) as app:
         app.task(lambda job: None, name="short", lease=2)  # the producer knows the lease
@@ -95,13 +98,13 @@ def test_drain_after_kill_9_finishes_every_job(dsn: str, tmp_path: Path) -> None
     cmd = [sys.executable, "-m", "fairq", "--dsn", dsn, "worker", "drain_tasks:app",
            "--concurrency", "8", "--log-level", "warning"]
     first = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+                             stderr=subprocess.DEVNULL,
+                             env={**os.environ, "DRAIN_TEST_JOB_SECONDS": "30"})
     try:
         deadline = time.monotonic() + 30
-        while counts(dsn).get("done", 0) < 20:  # it is working
+        while counts(dsn).get("running", 0) < 8:  # every slot busy, for 30 s
             assert time.monotonic() < deadline and first.poll() is None
             time.sleep(0.05)
-        time.sleep(0.3)
     finally:
         first.kill()  # SIGKILL: no finish, no hand-back
         first.wait(timeout=10)
