@@ -77,13 +77,14 @@ RATE_CHECK = ("rate IS NULL OR (rate >= 0.001 AND rate <= 1000000 AND burst >= 1
 
 
 
-def enqueue_functions_ddl(schema: str) -> str:
-    """The SQL enqueue functions (fairq/sql/ddl/enqueue_v1.sql) for ``schema``: ``{channel}`` is
-    the schema's NOTIFY channel (``fairq.store.pg.channel_for``) as a literal."""
+def enqueue_functions_ddl(schema: str, version: int = 1) -> str:
+    """The SQL enqueue functions (fairq/sql/ddl/enqueue_v<version>.sql) for ``schema``:
+    ``{channel}`` is the schema's NOTIFY channel (``fairq.store.pg.channel_for``) as a literal."""
     from importlib import resources
 
     name = validate_schema_name(schema)
-    text = resources.files("fairq.sql").joinpath("ddl/enqueue_v1.sql").read_text(encoding="utf-8")
+    text = resources.files("fairq.sql").joinpath(f"ddl/enqueue_v{version}.sql").read_text(
+        encoding="utf-8")
     return text.replace("{schema}", f'"{name}"').replace("{channel}", f"'fairq_{name}'")
 
 
@@ -306,4 +307,5 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     event.listen(md, "after_create", DDL(engine_functions_ddl(schema, 4)))  # type: ignore[no-untyped-call]
     # The SQL enqueue (migration 0005), after the engine's functions it calls.
     event.listen(md, "after_create", DDL(enqueue_functions_ddl(schema)))  # type: ignore[no-untyped-call]
+    event.listen(md, "after_create", DDL(enqueue_functions_ddl(schema, 2)))  # type: ignore[no-untyped-call]
     return md

@@ -36,11 +36,16 @@ done AS (
     RETURNING j.id, j.queue, j.tenant, j.task, j.started_at, j.finished_at
 ),
 per_tenant AS (SELECT d.queue, d.tenant, count(*) AS n FROM done d GROUP BY 1, 2),
+-- The batch's tenants locked in (queue, tenant) order (as every statement locks them: no
+-- deadlock), each by its key: the order comes from sorting these few rows, never from reading
+-- tenant_schedule's primary key in order (sorts are off in fairq's sessions, and a join would
+-- then read every tenant of the table to avoid sorting a handful). Same in the statements below.
 locked AS MATERIALIZED (
-    SELECT ts.queue, ts.tenant, p.n
-    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
-    ORDER BY ts.queue, ts.tenant
-    FOR NO KEY UPDATE OF ts
+    SELECT x.queue, x.tenant, p.n
+    FROM (SELECT * FROM per_tenant ORDER BY queue, tenant) p
+    CROSS JOIN LATERAL (SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
+                        WHERE ts.queue = p.queue AND ts.tenant = p.tenant
+                        FOR NO KEY UPDATE OF ts) x
 ),
 upd AS (
     UPDATE {schema}.tenant_schedule ts SET running = ts.running - l.n
@@ -80,10 +85,11 @@ per_tenant AS (
     FROM failed f GROUP BY 1, 2
 ),
 locked AS MATERIALIZED (
-    SELECT ts.queue, ts.tenant, p.n, p.retry_at
-    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
-    ORDER BY ts.queue, ts.tenant
-    FOR NO KEY UPDATE OF ts
+    SELECT x.queue, x.tenant, p.n, p.retry_at
+    FROM (SELECT * FROM per_tenant ORDER BY queue, tenant) p
+    CROSS JOIN LATERAL (SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
+                        WHERE ts.queue = p.queue AND ts.tenant = p.tenant
+                        FOR NO KEY UPDATE OF ts) x
 ),
 upd AS (
     UPDATE {schema}.tenant_schedule ts
@@ -122,10 +128,11 @@ released AS (
 ),
 per_tenant AS (SELECT r.queue, r.tenant, count(*) AS n FROM released r GROUP BY 1, 2),
 locked AS MATERIALIZED (
-    SELECT ts.queue, ts.tenant, p.n
-    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
-    ORDER BY ts.queue, ts.tenant
-    FOR NO KEY UPDATE OF ts
+    SELECT x.queue, x.tenant, p.n
+    FROM (SELECT * FROM per_tenant ORDER BY queue, tenant) p
+    CROSS JOIN LATERAL (SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
+                        WHERE ts.queue = p.queue AND ts.tenant = p.tenant
+                        FOR NO KEY UPDATE OF ts) x
 ),
 upd AS (
     UPDATE {schema}.tenant_schedule ts
@@ -162,10 +169,11 @@ per_tenant AS (
     FROM reaped r GROUP BY 1, 2
 ),
 locked AS MATERIALIZED (
-    SELECT ts.queue, ts.tenant, p.n, p.requeued
-    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
-    ORDER BY ts.queue, ts.tenant
-    FOR NO KEY UPDATE OF ts
+    SELECT x.queue, x.tenant, p.n, p.requeued
+    FROM (SELECT * FROM per_tenant ORDER BY queue, tenant) p
+    CROSS JOIN LATERAL (SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
+                        WHERE ts.queue = p.queue AND ts.tenant = p.tenant
+                        FOR NO KEY UPDATE OF ts) x
 ),
 upd AS (
     UPDATE {schema}.tenant_schedule ts

@@ -44,9 +44,13 @@ WITH base AS MATERIALIZED (
     WHERE ts.active GROUP BY ts.queue HAVING min(ts.vtime) >= %(threshold)s
 ),
 locked AS MATERIALIZED (
-    SELECT ts.queue, ts.tenant, b.b FROM {schema}.tenant_schedule ts JOIN base b USING (queue)
-    ORDER BY ts.queue, ts.tenant
-    FOR NO KEY UPDATE OF ts
+    -- Queue by queue (a few, sorted), each queue's tenants in its primary key's order: never
+    -- every queue's tenants read to lock one queue's.
+    SELECT x.queue, x.tenant, b.b FROM (SELECT * FROM base ORDER BY queue) b
+    CROSS JOIN LATERAL (
+        SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
+        WHERE ts.queue = b.queue ORDER BY ts.tenant
+        FOR NO KEY UPDATE OF ts) x
 )
 UPDATE {schema}.tenant_schedule ts SET vtime = ts.vtime - l.b
 FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant

@@ -22,8 +22,9 @@ LIMIT %(limit)s;
 -- (Two branches, each off when its parameter is: the ids go by the primary key, the failed
 -- jobs by the finished-jobs index.)
 WITH picked AS MATERIALIZED (
-    SELECT q.id FROM {schema}.jobs q
-    WHERE q.id IN (
+    -- The candidates' ids sorted (a few: the ids given, or `limit` of the failed jobs), then
+    -- each locked by its key in that order; never the jobs table read in key order.
+    SELECT x.id FROM (
         (SELECT f.id FROM {schema}.jobs f
          WHERE f.id = ANY(%(ids)s::bigint[]) AND f.status IN ('failed', 'cancelled'))
         UNION ALL
@@ -31,11 +32,13 @@ WITH picked AS MATERIALIZED (
          WHERE %(ids)s::bigint[] IS NULL AND f.status = 'failed'
            AND (%(tenant)s::text IS NULL OR f.tenant = %(tenant)s::text)
          ORDER BY f.finished_at
-         LIMIT %(limit)s))
-      AND q.status IN ('failed', 'cancelled')
-    ORDER BY q.id
+         LIMIT %(limit)s)
+        ORDER BY 1) w
+    CROSS JOIN LATERAL (
+        SELECT q.id FROM {schema}.jobs q
+        WHERE q.id = w.id AND q.status IN ('failed', 'cancelled')
+        FOR UPDATE OF q SKIP LOCKED) x
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 ),
 retried AS (
     UPDATE {schema}.jobs j
@@ -61,10 +64,11 @@ new_tenants AS (
     RETURNING ts.queue
 ),
 locked AS MATERIALIZED (
-    SELECT ts.queue, ts.tenant
-    FROM {schema}.tenant_schedule ts JOIN per_tenant p USING (queue, tenant)
-    ORDER BY ts.queue, ts.tenant
-    FOR NO KEY UPDATE OF ts
+    SELECT x.queue, x.tenant
+    FROM (SELECT * FROM per_tenant ORDER BY queue, tenant) p
+    CROSS JOIN LATERAL (SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
+                        WHERE ts.queue = p.queue AND ts.tenant = p.tenant
+                        FOR NO KEY UPDATE OF ts) x
 ),
 woken AS (
     UPDATE {schema}.tenant_schedule ts
@@ -83,12 +87,13 @@ FROM retried r ORDER BY r.id;
 -- A tenant's queued jobs (of one queue, or all) -> cancelled, up to `limit` in one statement.
 -- Running jobs finish; queued jobs a claim is taking right now are skipped (the claim wins).
 -- The tenant's schedule row is left to the claims: one that walks past an active tenant with
--- no due job retires it.
+-- no due job retires it. Over `limit`, which of them go is not said: no order is asked for, as
+-- an order by id would be the whole jobs table read by primary key (fairq's sessions plan with
+-- sorts off); SKIP LOCKED, so the order of the locks cannot deadlock.
 WITH picked AS MATERIALIZED (
     SELECT q.id FROM {schema}.jobs q
     WHERE q.tenant = %(tenant)s::text AND q.status = 'queued'
       AND (%(queue)s::text IS NULL OR q.queue = %(queue)s::text)
-    ORDER BY q.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )

@@ -109,6 +109,24 @@ def test_a_step_back_from_0015_restores_the_wait_of_engine_v7(empty_dsn: str) ->
     assert _function_body(empty_dsn, "wait_and_pick") == _file_body(9, "wait_and_pick")
 
 
+def test_a_step_back_from_0016_restores_the_enqueue_of_v1(empty_dsn: str) -> None:
+    """Migration 0016 replaces enqueue_many in place (enqueue_v2.sql); its downgrade puts
+    enqueue_v1.sql's back, and the upgrade after it v2's again."""
+    from fairq.schema import enqueue_functions_ddl
+
+    def file_body(version: int) -> str:
+        text = enqueue_functions_ddl("fairq", version)
+        start = text.index("$$", text.index('"fairq".enqueue_many(')) + 2
+        return text[start:text.index("$$", start)]
+
+    migrate.upgrade(empty_dsn, "fairq")
+    assert _function_body(empty_dsn, "enqueue_many") == file_body(2) != file_body(1)
+    migrate.downgrade(empty_dsn, "fairq", "0015")
+    assert _function_body(empty_dsn, "enqueue_many") == file_body(1)
+    migrate.upgrade(empty_dsn, "fairq")
+    assert _function_body(empty_dsn, "enqueue_many") == file_body(2)
+
+
 def test_upgrade_is_idempotent(empty_dsn: str) -> None:
     migrate.upgrade(empty_dsn, "fairq")
     migrate.upgrade(empty_dsn, "fairq")
