@@ -205,7 +205,7 @@ def connection_for(obj: Any) -> psycopg.Connection[Any]:
     )
 
 
-# The SQLSTATE of the SQL enqueue's checks (fairq/sql/ddl/enqueue_v1.sql): the same refusals
+# The SQLSTATE of the SQL enqueue's checks (fairq/sql/ddl/enqueue_v2.sql): the same refusals
 # as fairq.validation, for every client.
 INVALID_INPUT_SQLSTATE = "FQ001"
 
