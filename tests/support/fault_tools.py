@@ -122,10 +122,13 @@ def restart(cluster: pgcluster.Cluster, mode: str = "fast") -> pgcluster.Cluster
     """Stop the private cluster and start it again on the same port and data directory."""
     cluster.stop(mode)
     log = cluster.datadir.parent / "server.log"
-    subprocess.run(
+    done = subprocess.run(
         pgcluster._as_user([str(cluster._bin / "pg_ctl"), "-D", str(cluster.datadir), "-l",
                             str(log), "-w", "-t", "60", "start"], cluster.user),
-        check=True, capture_output=True)
+        capture_output=True)
+    if done.returncode != 0:
+        tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+        raise RuntimeError(f"the private PostgreSQL did not restart on port {cluster.port}:\n{tail}")
     pid = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
     new = dataclasses.replace(cluster, pid=pid)
     wait_for(lambda: bool(sql(new.dsn, "SELECT 1")), what="the restarted server")

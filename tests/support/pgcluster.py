@@ -17,6 +17,7 @@ import contextlib
 import glob
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -30,11 +31,30 @@ from pathlib import Path
 import psycopg
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections (32768 by default)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A free port below the kernel's ephemeral range. A port in that range can be taken while
+    its server is down by a client retrying it: an outgoing connection to 127.0.0.1:P from the
+    local port P connects to itself (TCP simultaneous open) and holds P, and the restarted
+    server cannot bind: the likely cause of a restart in test_health's outage that failed once
+    (its server log was gone; a failed restart now shows it, fault_tools.restart)."""
+    high = _ephemeral_low() - 1
+    for _ in range(200):
+        port = random.randint(max(1024, high - 12_000), high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def bindir() -> Path | None:
