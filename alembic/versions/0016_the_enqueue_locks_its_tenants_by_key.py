@@ -2,8 +2,8 @@
 
 - enqueue_v2.sql: ``enqueue_many`` sorts the chunk's few tenants and locks each
   tenant_schedule row by its key, instead of joining tenant_schedule and ordering the join,
-  which in a session with sorts off read every tenant by primary key (fairq's sessions planned
-  so for a while). Same signature, arguments and result; ``enqueue`` and the grants are
+  which with sorts off in the session (fairq's sessions plan so: fairq/store/pg.py) read every
+  tenant by primary key. Same signature, arguments and result; ``enqueue`` and the grants are
   unchanged.
 
 Revision ID: 0016

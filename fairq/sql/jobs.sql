@@ -38,8 +38,8 @@ done AS (
 per_tenant AS (SELECT d.queue, d.tenant, count(*) AS n FROM done d GROUP BY 1, 2),
 -- The batch's tenants locked in (queue, tenant) order (as every statement locks them: no
 -- deadlock), each by its key: the order comes from sorting these few rows, never from reading
--- tenant_schedule's primary key in order (a join ordered by the key is read so, every tenant
--- of the table, when a session plans with sorts off). Same in the statements below.
+-- tenant_schedule's primary key in order (sorts are off in fairq's sessions, and a join would
+-- then read every tenant of the table to avoid sorting a handful). Same in the statements below.
 locked AS MATERIALIZED (
     SELECT x.queue, x.tenant, p.n
     FROM (SELECT * FROM per_tenant ORDER BY queue, tenant) p

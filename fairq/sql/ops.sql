@@ -87,9 +87,9 @@ FROM retried r ORDER BY r.id;
 -- A tenant's queued jobs (of one queue, or all) -> cancelled, up to `limit` in one statement.
 -- Running jobs finish; queued jobs a claim is taking right now are skipped (the claim wins).
 -- The tenant's schedule row is left to the claims: one that walks past an active tenant with
--- no due job retires it. Over `limit`, which of them go is not said: no order is asked for (an
--- order by id is the whole jobs table read by primary key in a plan without sorts); SKIP
--- LOCKED, so the order of the locks cannot deadlock.
+-- no due job retires it. Over `limit`, which of them go is not said: no order is asked for, as
+-- an order by id would be the whole jobs table read by primary key (fairq's sessions plan with
+-- sorts off); SKIP LOCKED, so the order of the locks cannot deadlock.
 WITH picked AS MATERIALIZED (
     SELECT q.id FROM {schema}.jobs q
     WHERE q.tenant = %(tenant)s::text AND q.status = 'queued'

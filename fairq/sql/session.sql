@@ -18,4 +18,5 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('enable_hashjoin', %(enable_hashjoin)s, true),
        set_config('enable_mergejoin', %(enable_mergejoin)s, true),
        set_config('enable_bitmapscan', %(enable_bitmapscan)s, true),
+       set_config('enable_sort', %(enable_sort)s, true),
        set_config('jit', %(jit)s, true);

@@ -4,7 +4,7 @@
 -- The stats query scans the jobs table: bound it so it can never become a long transaction
 -- on a big or busy queue.
 -- It aggregates over whole tables, so it also gets the planner's defaults back: fairq's own
--- sessions turn off seq scans, hash and merge joins for the short claim-path statements.
+-- sessions turn off seq scans, sorts, hash and merge joins for the short claim-path statements.
 SELECT set_config('statement_timeout', %(timeout_ms)s::text, true),
        set_config('lock_timeout', '1000', true),
        set_config('transaction_read_only', 'on', true),
@@ -12,6 +12,7 @@ SELECT set_config('statement_timeout', %(timeout_ms)s::text, true),
        set_config('enable_hashjoin', 'on', true),
        set_config('enable_mergejoin', 'on', true),
        set_config('enable_bitmapscan', 'on', true),
+       set_config('enable_sort', 'on', true),
        set_config('plan_cache_mode', 'auto', true);
 
 -- name: tenant_stats
