@@ -47,6 +47,10 @@ JOBS_STORAGE = {
 WEIGHT_CHECK = "weight >= 0.001 AND weight <= 1000"
 
 
+# The newest fairq/sql/ddl/engine_v<N>.sql; each came with a migration.
+ENGINE_VERSION = 10
+
+
 def engine_functions_ddl(schema: str, version: int = 1) -> str:
     """The engine's functions (fairq/sql/ddl/engine_v<version>.sql) for ``schema``."""
     from importlib import resources
@@ -300,11 +304,10 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
         PrimaryKeyConstraint("name", "tenant", name="periodic_pkey"),
     )
-    # The engine's functions (migration 0003); create_all gets them through this hook.
-    event.listen(md, "after_create", DDL(engine_functions_ddl(schema)))  # type: ignore[no-untyped-call]
-    event.listen(md, "after_create", DDL(engine_functions_ddl(schema, 2)))  # type: ignore[no-untyped-call]
-    event.listen(md, "after_create", DDL(engine_functions_ddl(schema, 3)))  # type: ignore[no-untyped-call]
-    event.listen(md, "after_create", DDL(engine_functions_ddl(schema, 4)))  # type: ignore[no-untyped-call]
+    # The engine's functions, every version in the order the migrations apply them (0003 on);
+    # create_all gets them through this hook.
+    for version in range(1, ENGINE_VERSION + 1):
+        event.listen(md, "after_create", DDL(engine_functions_ddl(schema, version)))  # type: ignore[no-untyped-call]
     # The SQL enqueue (migration 0005), after the engine's functions it calls.
     event.listen(md, "after_create", DDL(enqueue_functions_ddl(schema)))  # type: ignore[no-untyped-call]
     event.listen(md, "after_create", DDL(enqueue_functions_ddl(schema, 2)))  # type: ignore[no-untyped-call]

@@ -127,6 +127,18 @@ def test_a_step_back_from_0016_restores_the_enqueue_of_v1(empty_dsn: str) -> Non
     assert _function_body(empty_dsn, "enqueue_many") == file_body(2)
 
 
+def test_a_step_back_from_0017_restores_the_settle_of_engine_v5(empty_dsn: str) -> None:
+    """Migration 0017 replaces claim_settle in place (engine_v10.sql); its downgrade puts
+    engine_v5.sql's back, and the upgrade after it v10's again."""
+    migrate.upgrade(empty_dsn, "fairq")
+    assert _function_body(empty_dsn, "claim_settle") == _file_body(10, "claim_settle")
+    assert _file_body(10, "claim_settle") != _file_body(5, "claim_settle")
+    migrate.downgrade(empty_dsn, "fairq", "0016")
+    assert _function_body(empty_dsn, "claim_settle") == _file_body(5, "claim_settle")
+    migrate.upgrade(empty_dsn, "fairq")
+    assert _function_body(empty_dsn, "claim_settle") == _file_body(10, "claim_settle")
+
+
 def test_upgrade_is_idempotent(empty_dsn: str) -> None:
     migrate.upgrade(empty_dsn, "fairq")
     migrate.upgrade(empty_dsn, "fairq")
@@ -176,6 +188,19 @@ def test_metadata_create_all_matches_the_migration(empty_dsn: str) -> None:
                     "AND indexname <> 'alembic_version_pkc'", (s,)).fetchall()}
                 for s in ("fairq", "fairq_md")}
     assert defs["fairq"] and defs["fairq"] == defs["fairq_md"]
+    # The same functions, each with the body of the newest version that defines it.
+    def same(s: str, text: str) -> str:  # the schema's name and NOTIFY channel taken out
+        return text.replace(f'"{s}".', "").replace(f"'fairq_{s}'", "chan")
+
+    with psycopg.connect(empty_dsn) as conn:
+        funcs = {s: {(name, args.replace(f"{s}.", "")): same(s, src) for name, args, src in conn.execute(
+                     "SELECT p.proname, pg_get_function_identity_arguments(p.oid), p.prosrc "
+                     "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                     "WHERE n.nspname = %s", (s,)).fetchall()}
+                 for s in ("fairq", "fairq_md")}
+    assert sorted(funcs["fairq_md"]) == sorted(funcs["fairq"]) != []
+    for key, src in funcs["fairq"].items():
+        assert funcs["fairq_md"][key] == src, key
 
 
 def test_concurrent_migrations_from_many_processes_all_succeed(empty_dsn: str) -> None:

@@ -637,14 +637,10 @@ DEFECTS = {
         "ORDER BY ts.tenant LIMIT 1000`: both indexes give the tenant order (vtime is fixed), and "
         "the planner takes the primary key: Index Cond ((queue = $1) AND (tenant < $5)), Filter "
         "(... vtime = $4), 202 rows removed, in every fair claim whose walk stopped. It lasts "
-        "until tenant_schedule's row count is renewed (a VACUUM: the workers' ScheduleVacuum "
-        "runs one within seconds of claims). The walks that had the same cause (claim_fair's "
-        "reach and walk, queue_vtime, wait_and_pick: the queue read by primary key, then "
-        "sorted, 704 rows) hold since fairq's sessions plan with sorts off. Tried for this one "
-        "and reverted: one range `(vtime, tenant) < (stop_v, stop_t)` (on 15 the row comparison "
-        "does not end the index scan at the stop: every tenant at the stop's vtime was read, "
-        "test_claim_plans at 100,000 tenants); ordering by (vtime, tenant) changes nothing "
-        "(vtime = stop_v makes that key redundant to the planner).",
+        "until tenant_schedule's row count is renewed (a VACUUM). Fixed in engine_v10.sql: one range "
+        "`(vtime, tenant) < (stop_v, stop_t)` read backwards from the stop (a forward read of it "
+        "does not end at the stop on 15; ordering by (vtime, tenant) with `vtime = stop_v` "
+        "changed nothing, as the equality makes that key redundant to the planner).",
         lambda p: p.statement.startswith(_SUSPECTS) and p.rule in ("walk-index", "rows", "filtered")),
 }
 
@@ -674,9 +670,9 @@ def _expand(*entries: tuple[str, Sequence[str], Sequence[str], Sequence[str]]
 # fixed since: claim_head and claim_fifo lock by the key alone, claim_settle writes by ctid alone.
 # The catalogue stays, so a regression is named when it comes back.
 # settle-stop-pkey: found by the analyzed_one_tenant state when it was added (2026-12-02), on 15
-# and 18, in every fair claim; not fixed (see its description).
-_STOP_PKEY = _expand(("settle-stop-pkey", ("analyzed_one_tenant",), _FAIR, _ALL))
-KNOWN: dict[int, dict[tuple[str, str, str], frozenset[str]]] = {15: _STOP_PKEY, 18: _STOP_PKEY}
+# and 18, in every fair claim; fixed by engine_v10.sql (migration 0017), which reads the tenants
+# before the stop in one range backwards from it.
+KNOWN: dict[int, dict[tuple[str, str, str], frozenset[str]]] = {}
 
 
 def classify(problems: Sequence[Problem]) -> tuple[set[str], list[Problem]]:
