@@ -81,6 +81,13 @@ machine's noise, the yardstick for a ratio near the target. The target the proje
 reported against and not assumed: every fair policy >= 0.9x fifo on every shape, every job
 done, zero empty claims while work is claimable. Exit status: 1 if any job was left undone
 (or a worker failed or timed out), else 0.
+
+``--statements`` runs the matrix on a private cluster of this machine's PostgreSQL 15 instead
+(autovacuum off; fsync, synchronous_commit and full_page_writes on, as on the shared server) with
+pg_stat_statements, reset after each run's enqueue: each cell also reports the server's
+execution time per 1,000 jobs of the claim statement, of finish_done and of every top-level
+statement (nested ones are inside their caller's time). Wall-clock ratios on a shared machine
+swing with its load; the server's time per job does much less, and says where a gap is.
 """
 
 from __future__ import annotations
@@ -442,6 +449,9 @@ def _run_once(admin: str, shape: str, policy: str, args: argparse.Namespace,
         env = {"FAIRQ_METRICS_MAX_TENANTS": "0", **os.environ, "PYTHONPATH": str(REPO)}
         conn = psycopg.connect(dsn, autocommit=True)
         try:
+            if args.statements:  # the drain's statements only, not the enqueue's
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                conn.execute("SELECT pg_stat_statements_reset()")
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=logf, stderr=subprocess.STDOUT)
             extra = ExtraLoad(dsn, plan, proc) if plan.extra else None
@@ -459,6 +469,8 @@ def _run_once(admin: str, shape: str, policy: str, args: argparse.Namespace,
             res["exit_decided_at"] = decided.isoformat() if decided else None
             res.update(account(conn, plan, cutoff, extra.visible if extra else {}))
             res["claimable_query"] = "fallback (no cap)" if fallback else "capped"
+            if args.statements:
+                res["statements"] = server_time(conn)
         finally:
             conn.close()
         res["exit_code"] = proc.returncode
@@ -619,6 +631,48 @@ def claim_stats(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- reporting -------------------------------------------------------------------------------
+
+
+# --statements: what the drain's server time went to, by the statements' leading comment
+# (`-- fairq NAME`), nested statements left out (they are inside their caller's time).
+STATEMENT_GROUPS = ("claim_fair", "claim_fifo", "finish_done")
+
+
+def server_time(conn: Any) -> dict[str, float]:
+    """Milliseconds of execution per statement group since the reset, this database only (the
+    sampler's own statements, which have no fairq comment, fall into ``other``)."""
+    rows = conn.execute(
+        "SELECT query, total_exec_time FROM pg_stat_statements s "
+        "JOIN pg_database d ON d.oid = s.dbid "
+        "WHERE d.datname = current_database() AND s.toplevel").fetchall()
+    out: dict[str, float] = {"all": 0.0}
+    for query, ms in rows:
+        name = next((g for g in STATEMENT_GROUPS if f"-- fairq {g}" in query), "other")
+        out[name] = out.get(name, 0.0) + float(ms)
+        out["all"] += float(ms)
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def statements_table(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]) -> str:
+    """Server execution time per 1,000 jobs, medians over the repeats (--statements)."""
+    head = ["shape", "policy", "claim ms / 1,000 jobs", "finish ms / 1,000 jobs",
+            "all statements ms / 1,000 jobs"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for shape in shapes:
+        for policy in policies:
+            rs = [r for r in runs if r["shape"] == shape and r["policy"] == policy
+                  and r.get("statements") and r.get("done")]
+            if not rs:
+                continue
+
+            def per_k(key: str, rs: list[dict[str, Any]] = rs) -> str:
+                ms = statistics.median(1000 * r["statements"].get(key, 0.0) / r["done"] for r in rs)
+                return f"{ms:.1f}"
+
+            claim = "claim_fifo" if policy in ("fifo", CONTROL) else "claim_fair"
+            lines.append(f"| {shape} | {policy} | {per_k(claim)} | {per_k('finish_done')} | "
+                         f"{per_k('all')} |")
+    return "\n".join(lines)
 
 
 def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]) -> list[dict[str, Any]]:
@@ -788,6 +842,11 @@ def main() -> int:
     p.add_argument("--control", action="store_true",
                    help=f"run fifo a second time in every (repeat, shape), as {CONTROL}: the "
                         "machine's own spread between two runs of one statement")
+    p.add_argument("--statements", action="store_true",
+                   help="run on a private cluster (this machine's PostgreSQL 15, autovacuum off, "
+                        "fsync and synchronous_commit on like the shared server) with "
+                        "pg_stat_statements, and report each cell's server execution time per "
+                        "1,000 jobs: claim, finish, all statements (--dsn is not used)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
@@ -800,6 +859,25 @@ def main() -> int:
                 f"policies: {', '.join(POLICIES)}), or bad --scale/--repeats")
 
     sys.path.insert(0, str(REPO / "tests"))  # tests/support: create_database / drop_database
+
+    cluster = None
+    if args.statements:
+        from support import pgcluster
+
+        cluster = pgcluster.start(Path(tempfile.mkdtemp(prefix="drain_matrix-")), options={
+            "shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "all",
+            "autovacuum": "off", "fsync": "on", "synchronous_commit": "on",
+            "full_page_writes": "on", "shared_buffers": "128MB", "max_connections": "100"})
+        args.dsn = cluster.dsn
+    try:
+        return _main(args, shapes, policies)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+            cluster.remove()
+
+
+def _main(args: argparse.Namespace, shapes: list[str], policies: list[str]) -> int:
     import psycopg
 
     with psycopg.connect(args.dsn, autocommit=True) as c:
@@ -858,6 +936,10 @@ def main() -> int:
     print(table(rows))
     print()
     print(report)
+    if args.statements:
+        print("\nServer execution time per 1,000 jobs (pg_stat_statements on a private cluster, "
+              "top-level statements, medians over the repeats):\n")
+        print(statements_table(runs, shapes, policies))
     failed = [r for r in rows if not r["all_done"] or r["stopped"]
               or any(code != 0 for code in r["exit_codes"])]
     if failed:

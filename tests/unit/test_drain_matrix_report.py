@@ -43,3 +43,17 @@ def test_a_repeat_left_undone_has_no_paired_ratio() -> None:
     runs = [_run("fifo", 0, 200), _run("weighted", 0, 190, done=False)]
     rows = {r["policy"]: r for r in dm.summarize(runs, ["equal10"], ["fifo", "weighted"])}
     assert rows["weighted"]["x_fifo_paired"] is None and rows["weighted"]["x_fifo"] is None
+
+
+def test_statements_table_gives_each_policy_its_own_claim_per_thousand_jobs() -> None:
+    def run(policy: str, rep: int, claim_ms: float) -> dict[str, Any]:
+        name = "claim_fifo" if policy in ("fifo", dm.CONTROL) else "claim_fair"
+        return {**_run(policy, rep, 100.0), "done": 2000,
+                "statements": {name: claim_ms, "finish_done": 40.0, "all": claim_ms + 50.0}}
+
+    runs = [run("fifo", 0, 60.0), run("fifo", 1, 80.0), run("fifo", 2, 200.0),
+            run("weighted", 0, 90.0), run("weighted", 1, 70.0), run("weighted", 2, 100.0)]
+    lines = dm.statements_table(runs, ["equal10"], ["fifo", "weighted"]).splitlines()
+    # medians over the repeats, per 1,000 of the 2,000 jobs each run did
+    assert lines[2] == "| equal10 | fifo | 40.0 | 20.0 | 65.0 |"
+    assert lines[3] == "| equal10 | weighted | 45.0 | 20.0 | 70.0 |"
