@@ -432,17 +432,44 @@ def test_a_claim_retires_at_most_a_walks_worth_of_tenants_behind_its_stop(uncapp
     """claim_settle takes the runnable tenants before the walk's stop as walked past and
     retires those without a due job. The stop is read from rows the walk locked, which a
     concurrent claim may have moved on since the snapshot, so it can lie far past where the
-    walk was: the tenants taken as walked past are the first 1,000 (the walk's own bound),
-    not every tenant before it. 1,500 active tenants without a job, a stop past all of them:
-    1,000 are retired by this claim, the rest by the next."""
+    walk was: the tenants taken as walked past are the 1,000 just before the stop (the walk's
+    own bound; engine_v10.sql reads them backwards from it), not every tenant before it.
+    1,500 active tenants without a job, a stop past all of them: the last 1,000 are retired by
+    this claim, the rest by the next."""
     fill(uncapped, {f"t{i:04d}": 1 for i in range(1500)})
     sql_rows(dsn, "UPDATE fairq.jobs SET status = 'cancelled'")  # active, nothing due
     settle = ("SELECT fairq.claim_settle('default', false, 1e9::float8, 1e9::float8, 'zzzz', "
               "'{}'::tid[], '{}'::text[], '{}'::int[], '{}'::float8[], '{}'::text[], "
               "'{}'::tid[], '{}'::text[])")
+    active = "SELECT min(tenant), max(tenant), count(*) FROM fairq.tenant_schedule WHERE active"
     assert sql_rows(dsn, settle) == [(1000,)]
-    assert sql_rows(dsn, "SELECT count(*) FROM fairq.tenant_schedule WHERE active") == [(500,)]
+    assert sql_rows(dsn, active) == [("t0000", "t0499", 500)]
     assert sql_rows(dsn, settle) == [(500,)]
+    assert sql_rows(dsn, active) == [(None, None, 0)]
+
+
+def test_the_tenants_before_the_stop_keep_their_place_while_they_have_a_due_job(
+        uncapped: Store, dsn: str) -> None:
+    """Taken as walked past is only suspected: each is probed under its lock, and one with a due
+    job stays runnable, whichever tenants the read before the stop returns. 300 tenants at one
+    virtual time, every third without a due job, a stop at the 200th: of the 199 before it,
+    the 67 without one are retired, and nobody after the stop is touched."""
+    fill(uncapped, {f"t{i:04d}": 1 for i in range(300)})
+    sql_rows(dsn, "UPDATE fairq.jobs SET status = 'cancelled' "
+                  "WHERE right(tenant, 4)::int % 3 = 0")
+    settle = ("SELECT fairq.claim_settle('default', false, 1e9::float8, "
+              "(SELECT vtime FROM fairq.tenant_schedule WHERE tenant = 't0199'), 't0199', "
+              "'{}'::tid[], '{}'::text[], '{}'::int[], '{}'::float8[], '{}'::text[], "
+              "'{}'::tid[], '{}'::text[])")
+    assert sql_rows(dsn, "SELECT count(DISTINCT vtime) FROM fairq.tenant_schedule") == [(1,)]
+    assert sql_rows(dsn, settle) == [(67,)]  # t0000, t0003, ..., t0198
+    idle = sql_rows(dsn, "SELECT tenant FROM fairq.tenant_schedule WHERE NOT active ORDER BY 1")
+    assert [t for (t,) in idle] == [f"t{i:04d}" for i in range(0, 199, 3)]
+    # and every tenant left runnable has a due job, except those after the stop
+    assert sql_rows(dsn, """
+        SELECT count(*) FROM fairq.tenant_schedule ts WHERE ts.active AND ts.tenant < 't0199'
+          AND NOT EXISTS (SELECT FROM fairq.jobs j WHERE j.tenant = ts.tenant
+                          AND j.status = 'queued')""") == [(0,)]
 
 
 @pytest.mark.parametrize("policy", FAIR)
