@@ -86,8 +86,9 @@ done, zero empty claims while work is claimable. Exit status: 1 if any job was l
 (autovacuum off; fsync, synchronous_commit and full_page_writes on, as on the shared server) with
 pg_stat_statements, reset after each run's enqueue: each cell also reports the server's
 execution time per 1,000 jobs of the claim statement, of finish_done and of every top-level
-statement (nested ones are inside their caller's time). Wall-clock ratios on a shared machine
-swing with its load; the server's time per job does much less, and says where a gap is.
+statement in the run's database (the harness's sampler and, in shapes 6 and 7, its producer
+included; nested statements are inside their caller's time). Wall-clock ratios on a shared
+machine swing with its load; the server's time per job by statement says where a gap is.
 """
 
 from __future__ import annotations
