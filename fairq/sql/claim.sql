@@ -18,9 +18,10 @@
 --    of the first, each row locked as the walk reaches it, SKIP LOCKED (a tenant another claim
 --    holds is being served by it); each gives the due jobs that start within the window
 --    (counting 1/weight per job), at least one, up to its free slots and, with a rate limit,
---    its whole tokens (claim_room); the walk stops when the batch is full. No share of the
---    batch per tenant: a claim serves as few tenants as it can, so it (and its finish) writes
---    few tenant rows.
+--    its whole tokens (claim_room); the walk stops when the batch is full. It numbers the rows
+--    it locks (rn: row_number() is computed row by row, so it does not read ahead of the
+--    walk). No share of the batch per tenant: a claim serves as few tenants as it can, so it
+--    (and its finish) writes few tenant rows.
 -- 3. When the walk took nothing and the statement holds no lock (no transaction id yet: every
 --    row it could have locked was held), wait_and_pick picks the jobs of the first runnable
 --    tenant with a due job and waits for its row, in this statement. Holding no tenant row, the
@@ -46,10 +47,10 @@ reach AS MATERIALIZED (
 ),
 cand AS (
     (SELECT 0 AS part, sl.ctid, sl.tenant, NULL::float8 AS vtime,
-            CASE WHEN %(by_weight)s THEN sl.weight ELSE 1.0 END AS w, sl.room
+            CASE WHEN %(by_weight)s THEN sl.weight ELSE 1.0 END AS w, sl.room, NULL AS rn
      FROM sleepers sl WHERE sl.room > 0 ORDER BY sl.tenant)
     UNION ALL
-    SELECT 1, r.ctid, r.tenant, r.vtime, r.w, r.room FROM (
+    SELECT 1, r.ctid, r.tenant, r.vtime, r.w, r.room, row_number() OVER () FROM (
         SELECT ts.ctid, ts.tenant, ts.vtime,
                CASE WHEN %(by_weight)s
                     THEN ts.weight * coalesce((SELECT factor FROM {schema}.group_schedule
@@ -69,7 +70,7 @@ cand AS (
 taken AS MATERIALIZED (
     (SELECT j.id, c.part, c.ctid, c.tenant,
            CASE WHEN %(by_cost)s THEN j.cost ELSE 1.0 END / c.w AS inc, b.n AS most,
-           false AS more
+           false AS more, c.rn
     FROM cand c
     -- Step 3: the jobs that start within the window, at least one. Each counts 1/w of virtual
     -- time (drr: its first due job's cost / w); a sleeper starts at V, the first runnable
@@ -99,7 +100,7 @@ taken AS MATERIALIZED (
     -- Step 5, the wait (wait_and_pick: as many of its picked jobs as fit once its row is held,
     -- not bounded by the window, as the claim it waited for has just moved its vtime; `more`:
     -- it has a due job left).
-    SELECT h.id, 2, h.row_, h.tenant, h.inc, NULL, h.more
+    SELECT h.id, 2, h.row_, h.tenant, h.inc, NULL, h.more, NULL
     FROM {schema}.wait_and_pick(%(queue)s, %(batch)s::int, %(by_weight)s, %(by_cost)s) h
     WHERE %(wait)s OR pg_current_xact_id_if_assigned() IS NULL
 ),
@@ -111,15 +112,20 @@ claimed AS (
     RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
               j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until
 ),
--- Where the walk stopped in the runnable index, if it filled the batch there: the last tenant
--- it served, at the key it read it by (this statement's snapshot: a row that another claim
--- served since is locked as it is now, up to a window further on, and claim_settle would
--- take every tenant before that for one the walk went past).
+-- Where the walk stopped, if it filled the batch there: the last tenant it served, the one with
+-- the highest walk number. Its key in the runnable index (its vtime in this statement's
+-- snapshot: a row another claim served since is locked as it is now, up to a window further
+-- on) goes to claim_settle only when the walk went past a row it locked without serving it (the
+-- stop's number is past the count of tenants served); claim_settle then reads the tenants
+-- before the stop for those. A walk that served every row it locked, the usual case, skips
+-- that read. Rows other transactions held are not numbered: the walk skipped them, and their
+-- holders settle them (or the next walk that locks one).
 stop AS MATERIALIZED (
-    SELECT (SELECT o.vtime FROM {schema}.tenant_schedule o  -- a column named vtime
-            WHERE o.queue = %(queue)s AND o.tenant = t.tenant), t.tenant
+    SELECT CASE WHEN t.rn > (SELECT count(DISTINCT l.rn) FROM taken l)
+                THEN (SELECT o.vtime FROM {schema}.tenant_schedule o
+                      WHERE o.queue = %(queue)s AND o.tenant = t.tenant) END AS v, t.tenant
     FROM taken t WHERE t.part = 1 AND (SELECT count(*) FROM taken) >= %(batch)s
-    ORDER BY 1 DESC, 2 DESC LIMIT 1
+    ORDER BY t.rn DESC LIMIT 1
 ),
 -- Per served tenant: its row, jobs, virtual time increment, and whether it looks empty now
 -- (no due job left; claim_settle decides it again under a lock). The waited tenant says so
@@ -141,7 +147,7 @@ served AS MATERIALIZED (
 settled AS MATERIALIZED (
     SELECT {schema}.claim_settle(
         %(queue)s, (SELECT count(*) FROM claimed) < %(batch)s AND NOT %(wait)s,
-        (SELECT r.hi FROM reach r), (SELECT st.vtime FROM stop st), (SELECT st.tenant FROM stop st),
+        (SELECT r.hi FROM reach r), (SELECT st.v FROM stop st), (SELECT st.tenant FROM stop st),
         array(SELECT sv.ctid FROM served sv), array(SELECT sv.tenant FROM served sv),
         array(SELECT sv.n FROM served sv), array(SELECT sv.inc FROM served sv),
         array(SELECT sv.tenant FROM served sv WHERE sv.emptied),

@@ -582,6 +582,40 @@ def test_a_wait_left_holding_a_tenant_without_room_waits_for_no_other_row(
     assert running_mismatch(dsn) == []
 
 
+@pytest.mark.parametrize("policy", FAIR)
+def test_a_full_claim_retires_the_tenants_its_walk_went_past_and_no_other(uncapped: Store,
+                                                                        dsn: str,
+                                                                        policy: str) -> None:
+    """The walk numbers the rows it locks; a full claim whose last served tenant's number is
+    past the count of tenants it served went past a locked tenant that gave nothing, and
+    claim_settle retires those without a due job (the read before the stop; a claim that
+    served every row it locked skips that read). A tenant another transaction holds is skipped
+    by the walk and not retired: the holder decides, or the next walk that locks it. All at one
+    virtual time, in name order: a0, a1 and a2 (held) active without a due job, b with jobs, c
+    after the stop without one."""
+    import psycopg
+
+    fill(uncapped, {"a0": 1, "a1": 1, "a2": 1, "b": 6, "c": 1})
+    sql_rows(dsn, "UPDATE fairq.jobs SET status = 'cancelled' WHERE tenant <> 'b'")
+    sql_rows(dsn, "UPDATE fairq.tenant_schedule SET vtime = 0")
+    active = "SELECT tenant FROM fairq.tenant_schedule WHERE active ORDER BY 1"
+    holder = psycopg.connect(dsn)
+    try:
+        holder.execute("SELECT FROM fairq.tenant_schedule WHERE tenant = 'a2' FOR NO KEY UPDATE")
+        got = uncapped.claim(get_policy(policy), queue="default", batch=2, worker="w")
+        assert [j.tenant for j in got] == ["b", "b"]
+        # a0 and a1 walked past and retired; b has due jobs left; c is after the stop
+        assert sql_rows(dsn, active) == [("a2",), ("b",), ("c",)]
+    finally:
+        holder.close()
+    # a2 released: the next walk locks it, finds nothing due, goes past it to b and retires it
+    sql_rows(dsn, "UPDATE fairq.tenant_schedule SET vtime = 0 WHERE tenant IN ('a2', 'b')")
+    sql_rows(dsn, "UPDATE fairq.tenant_schedule SET vtime = 1 WHERE tenant = 'c'")
+    got = uncapped.claim(get_policy(policy), queue="default", batch=2, worker="w")
+    assert [j.tenant for j in got] == ["b", "b"]
+    assert sql_rows(dsn, active) == [("b",), ("c",)]
+
+
 def _the_lock_waiter(dsn: str) -> int:
     """The pid of the one backend of this database waiting for a lock, once there is one."""
     deadline = time.monotonic() + 30

@@ -81,12 +81,16 @@ from tests.conftest import SCHEMA, create_database, drop_database, dsn_for_db
 
 BATCH = 10
 QUEUE, HELD, CAPPED = "default", "held", "capped"
-WHALE = "t000-whale"  # sorts before the other tenants: the walk (vtime, tenant) meets it first
+WHALE = "t000-whale"  # the walk (vtime, tenant) meets it first of the tenants with jobs
 TENANTS = [f"t{i:03d}" for i in range(1, 101)]
 SLEEPERS = ("s1", "s2")
 # A sleeper whose only job was cancelled: woken by a claim that finds nothing to take from it,
 # so claim_settle's retirement of tenants it did not serve runs (served ones retire earlier).
 EMPTY_SLEEPER = "s3"
+# A runnable tenant whose only job was cancelled, before the whale in the walk: the walk goes
+# past it, so claim_settle reads the tenants before the walk's stop (a walk that served every
+# row it locked does not).
+WALKED_PAST = "t000-a"
 IDLE = [f"idle{i:03d}" for i in range(200)]  # idle tenants: their only job is an hour away
 CROWD = 400  # analyzed_one_tenant's extra runnable tenants, u0000.. (after the whale in the walk)
 HELD_TENANTS = ("h1", "h2", "h3")
@@ -115,6 +119,8 @@ def _enqueue_backlog(app: App, *, whale: int, per_tenant: int) -> None:
     the sleepers, the held queue and the capped queue."""
     app.store.set_tenants([TenantConfig(t, 1.0 + i % 4, 10) for i, t in enumerate(TENANTS)]
                           + [TenantConfig(CAPPED_TENANT, 1.0, 0)])
+    for job_id in app.enqueue_many("plan", [(WALKED_PAST, None)]):
+        app.cancel(job_id)
     app.enqueue_many("plan", [(WHALE, None)] * whale)
     for cost in (1, 2, 3):
         group = [t for i, t in enumerate(TENANTS) if i % 3 == cost - 1]
