@@ -88,7 +88,9 @@ pg_stat_statements, reset after each run's enqueue: each cell also reports the s
 execution time per 1,000 jobs of the claim statement, of finish_done and of every top-level
 statement in the run's database (the harness's sampler and, in shapes 6 and 7, its producer
 included; nested statements are inside their caller's time). Wall-clock ratios on a shared
-machine swing with its load; the server's time per job by statement says where a gap is.
+machine swing with its load; the server's time per job by statement says where a gap is. The
+JSON (``--json``) also keeps each run's nested statements (those the engine's functions run),
+the 15 with the most time: per 1,000 jobs, their time, calls and shared buffers.
 """
 
 from __future__ import annotations
@@ -472,6 +474,7 @@ def _run_once(admin: str, shape: str, policy: str, args: argparse.Namespace,
             res["claimable_query"] = "fallback (no cap)" if fallback else "capped"
             if args.statements:
                 res["statements"] = server_time(conn)
+                res["nested"] = nested_time(conn, res.get("done") or 0)
         finally:
             conn.close()
         res["exit_code"] = proc.returncode
@@ -652,6 +655,22 @@ def server_time(conn: Any) -> dict[str, float]:
         out[name] = out.get(name, 0.0) + float(ms)
         out["all"] += float(ms)
     return {k: round(v, 1) for k, v in out.items()}
+
+
+def nested_time(conn: Any, jobs: int, top: int = 15) -> list[dict[str, Any]]:
+    """The nested statements with the most execution time since the reset, this database only:
+    the engine functions' own statements (claim_settle's, due_after's...), which the top-level
+    figures hold inside their callers' time. Per 1,000 jobs; the text's first 100 characters."""
+    rows = conn.execute(
+        "SELECT regexp_replace(query, '\\s+', ' ', 'g'), total_exec_time, calls, "
+        "shared_blks_hit + shared_blks_read FROM pg_stat_statements s "
+        "JOIN pg_database d ON d.oid = s.dbid "
+        "WHERE d.datname = current_database() AND NOT s.toplevel "
+        "ORDER BY total_exec_time DESC LIMIT %s", (top,)).fetchall()
+    per_k = 1000 / max(jobs, 1)
+    return [{"statement": str(q)[:100], "ms": round(float(ms) * per_k, 2),
+             "calls": round(int(calls) * per_k, 1), "buffers": round(int(b) * per_k, 1)}
+            for q, ms, calls, b in rows]
 
 
 def statements_table(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]) -> str:
