@@ -67,6 +67,13 @@ The worker is ``fairq worker benchmarks.drain_matrix:app --concurrency 8 --until
   is a few KB.
 * the worker's exit code, and its claims that failed (``result="error"``); the ratio of each
   fair policy's jobs/s to fifo's on the same shape.
+* CPU per 1,000 jobs: the worker process's (its start-up included) and its server processes'
+  (the connections named ``fairq-worker ...``, read from /proc at every sample while they live,
+  so only where the server runs on this machine), and each policy's total against the fifo run
+  of the same repeat (paired median). Time the machine's host steals (a shared virtual machine:
+  28% of it once, while a run took three times as long as the day before) stretches the wall
+  clock but is not in a process's CPU time: this says what a policy costs when the wall clock
+  is too noisy to. Informative; the target is the wall clock's.
 * a worker that does not exit is stopped with SIGTERM after ``--timeout`` (300 s), or once no job
   finished and the claimable count stood still for ``--idle-timeout`` (30 s): reported as
   timeout / hung, a failure even when every job is done.
@@ -279,6 +286,38 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# The worker's server processes: its connections, named after it (fairq-worker ...). Their CPU
+# time is read from /proc while they live (they exit with the worker), so only where the server
+# runs on this machine: its address is a loopback one, or a Unix socket (NULL).
+BACKENDS_SQL = """
+SELECT pid FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND application_name LIKE 'fairq-worker%'
+"""
+LOCAL_SERVER_SQL = "SELECT coalesce(host(inet_server_addr()) IN ('127.0.0.1', '::1'), true)"
+
+
+def process_ticks(pid: int) -> int | None:
+    """utime + stime of a postgres process on this machine, in clock ticks (None: gone)."""
+    try:
+        if not Path(f"/proc/{pid}/comm").read_text().startswith("postgres"):
+            return None
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
+
+
+def read_backend_cpu(conn: Any, ticks: dict[int, int]) -> None:
+    """Record the current CPU ticks of the worker's server processes into ``ticks``: a process
+    read last a sample interval before it exits is counted up to then (the worker's last
+    moments, when it has stopped claiming)."""
+    for (pid,) in conn.execute(BACKENDS_SQL).fetchall():
+        t = process_ticks(int(pid))
+        if t is not None:
+            ticks[int(pid)] = max(t, ticks.get(int(pid), 0))
+
+
 def scrape_claims(port: int) -> dict[str, float] | None:
     """``fairq_claim_seconds_count`` by result from the worker's /metrics; None if unreachable."""
     try:
@@ -460,7 +499,12 @@ def _run_once(admin: str, shape: str, policy: str, args: argparse.Namespace,
             extra = ExtraLoad(dsn, plan, proc) if plan.extra else None
             if extra:
                 extra.start()
-            samples, exit_at, stopped, fallback = sample_until_exit(conn, proc, port, args)
+            row = conn.execute(LOCAL_SERVER_SQL).fetchone()
+            ticks: dict[int, int] | None = {} if row and row[0] else None
+            samples, exit_at, stopped, fallback = sample_until_exit(conn, proc, port, args,
+                                                                    ticks)
+            res["server_cpu_s"] = (round(sum(ticks.values()) / os.sysconf("SC_CLK_TCK"), 3)
+                                   if ticks else None)
             if extra:
                 extra.join(timeout=120)
                 res["extra"] = {**extra.info, **({"error": extra.error} if extra.error else {})}
@@ -493,10 +537,12 @@ def _run_once(admin: str, shape: str, policy: str, args: argparse.Namespace,
 
 
 def sample_until_exit(conn: Any, proc: subprocess.Popen[bytes], port: int,
-                      args: argparse.Namespace) -> tuple[list[dict[str, Any]], Any, str | None, bool]:
+                      args: argparse.Namespace, backend_ticks: dict[int, int] | None = None,
+                      ) -> tuple[list[dict[str, Any]], Any, str | None, bool]:
     """Sample (claim counters, claimable jobs) until the worker exits; return the samples, the
     database time the exit was seen at, why the worker was stopped (None: it exited by itself)
-    and whether the fallback query ran."""
+    and whether the fallback query ran. With ``backend_ticks``, also the worker's server
+    processes' CPU ticks at each sample (read_backend_cpu)."""
     import psycopg
 
     samples: list[dict[str, Any]] = []
@@ -517,6 +563,8 @@ def sample_until_exit(conn: Any, proc: subprocess.Popen[bytes], port: int,
         claimable, finished, uncapped = ((int(row[0]), int(row[1] or 0), int(row[2])) if row
                                          else (0, 0, 0))
         samples.append({"t": t, "claimable": claimable, "uncapped": uncapped, "claims": claims})
+        if backend_ticks is not None:
+            read_backend_cpu(conn, backend_ticks)
         progress = (finished, claimable)
         if progress != last_progress:
             last_progress, progress_at = progress, t
@@ -695,6 +743,24 @@ def statements_table(runs: list[dict[str, Any]], shapes: list[str], policies: li
     return "\n".join(lines)
 
 
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def cpu_per_k(run: dict[str, Any], key: str) -> float | None:
+    """CPU milliseconds per 1,000 jobs done of ``key`` (server_cpu_s or worker_cpu_s)."""
+    done, cpu = run.get("done") or 0, run.get(key)
+    return None if cpu is None or done <= 0 else 1e6 * cpu / done
+
+
+def total_cpu_per_k(run: dict[str, Any]) -> float | None:
+    """The worker's and its server processes' CPU milliseconds per 1,000 jobs done, only for a
+    run that did every job (where the server's CPU could be read)."""
+    server, worker = cpu_per_k(run, "server_cpu_s"), cpu_per_k(run, "worker_cpu_s")
+    return None if server is None or worker is None or not run["all_done"] else server + worker
+
+
 def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]) -> list[dict[str, Any]]:
     rows = []
     for shape in shapes:
@@ -725,6 +791,8 @@ def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]
                 "stopped": sorted({r["stopped"] for r in rs if r["stopped"]}),
                 "claim_errors": sum(r["claim_errors"] or 0 for r in rs),
                 "analyzed": any(r["analyzed"] for r in rs),
+                "server_cpu_ms_per_k": _median([cpu_per_k(r, "server_cpu_s") for r in rs]),
+                "worker_cpu_ms_per_k": _median([cpu_per_k(r, "worker_cpu_s") for r in rs]),
             }
             if policy == "fifo":
                 fifo_rate = row["jobs_per_s"]
@@ -742,6 +810,15 @@ def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]
                           and r["all_done"] and f["all_done"] and r.get("jobs_per_s")
                           and f.get("jobs_per_s")]
                 row["x_fifo_paired"] = statistics.median(paired) if paired else None
+                # CPU per job, the worker's and its server processes', against the fifo run of
+                # the same repeat: what a policy costs, which time stolen from a shared machine
+                # (wall clock) does not enter.
+                cpu = [c / cf for r in runs
+                       if r["shape"] == shape and r["policy"] == row["policy"]
+                       and (f := fifo_by_rep.get(r.get("repeat"))) is not None
+                       and (c := total_cpu_per_k(r)) is not None
+                       and (cf := total_cpu_per_k(f)) is not None]
+                row["cpu_x_fifo_paired"] = statistics.median(cpu) if cpu else None
                 # A rate over part of the jobs is no throughput: no ratio unless both finished.
                 row["x_fifo"] = (row["jobs_per_s"] / fifo_rate
                                  if fifo_rate and fifo_ok and row["all_done"] and row["jobs_per_s"]
@@ -780,8 +857,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         return "n/a" if v is None else format(v, fmt)
 
     lines = ["| shape | policy | jobs | seconds | jobs/s | x fifo | all done | "
-             "empty claims with work (with uncapped work) | longest stall (s) | worker exit |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "empty claims with work (with uncapped work) | longest stall (s) | worker exit | "
+             "CPU ms / 1,000 jobs: server + worker (x fifo, paired) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = "-" if r["policy"] == "fifo" else f(r["x_fifo"], ".2f") + ("x" if r["x_fifo"] else "")
         if r["policy"] != "fifo" and r["x_fifo"] is None:
@@ -793,8 +871,18 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['shape']} | {r['policy']} | {r['jobs']:,} | {f(r['seconds'], '.2f')} | "
             f"{f(r['jobs_per_s'], ',.0f')} | {ratio} | {done_cell(r)} | {ewk} | "
-            f"{r['longest_stall_s']:.2f} | {exit_cell(r)} |")
+            f"{r['longest_stall_s']:.2f} | {exit_cell(r)} | {cpu_cell(r)} |")
     return "\n".join(lines)
+
+
+def cpu_cell(row: dict[str, Any]) -> str:
+    server, worker = row.get("server_cpu_ms_per_k"), row.get("worker_cpu_ms_per_k")
+    if server is None or worker is None:
+        return "n/a"
+    cell = f"{server:.0f} + {worker:.0f}"
+    if row["policy"] != "fifo" and row.get("cpu_x_fifo_paired") is not None:
+        cell += f" ({row['cpu_x_fifo_paired']:.2f}x)"
+    return cell
 
 
 def target_report(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
@@ -838,6 +926,14 @@ def target_report(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                    + (f" (paired: {min(p):.2f}x .. {max(p):.2f}x)"
                       if (p := [r["x_fifo_paired"] for r in control
                                 if r.get("x_fifo_paired") is not None]) else ""))
+    fair_cpu = [r["cpu_x_fifo_paired"] for r in fair if r.get("cpu_x_fifo_paired") is not None]
+    control_cpu = [r["cpu_x_fifo_paired"] for r in rows
+                   if r["policy"] == CONTROL and r.get("cpu_x_fifo_paired") is not None]
+    if fair_cpu:
+        out.append(f"- CPU per job (the worker's and its server processes'), fair x fifo, "
+                   f"paired: {min(fair_cpu):.2f}x .. {max(fair_cpu):.2f}x over the cells"
+                   + (f"; fifo x fifo: {min(control_cpu):.2f}x .. {max(control_cpu):.2f}x"
+                      if control_cpu else "") + " (informative, not the target)")
     verdict = {"ratio_met": not slow and not no_ratio, "all_done_met": not undone,
                "no_empty_claims_met": not empties and not unknown}
     return "\n".join(out), verdict

@@ -83,3 +83,22 @@ def test_the_sampler_counts_claimable_and_uncapped_jobs(dsn: str) -> None:
         row = conn.execute(dm.CLAIMABLE_SQL, {"concurrency": CONCURRENCY}).fetchone()
         assert row is not None and expected(conn) == (dm.COUNT_CAP, dm.UNCAPPED_CAP)
         assert (row[0], row[2]) == (dm.COUNT_CAP, dm.UNCAPPED_CAP)
+
+
+def test_the_sampler_reads_the_cpu_of_the_workers_server_processes_only(dsn: str) -> None:
+    """A connection named like a worker's is counted, by its server process's CPU time (here,
+    a busy one); the sampler's own and other sessions are not."""
+    with psycopg.connect(dsn, autocommit=True, application_name="fairq-worker test") as worker, \
+            psycopg.connect(dsn, autocommit=True, application_name="someone else") as other, \
+            psycopg.connect(dsn, autocommit=True) as sampler:
+        assert sampler.execute(dm.LOCAL_SERVER_SQL).fetchone() == (True,)
+        worker_pid, other_pid = worker.info.backend_pid, other.info.backend_pid
+        ticks: dict[int, int] = {}
+        dm.read_backend_cpu(sampler, ticks)
+        assert set(ticks) == {worker_pid}
+        first = ticks[worker_pid]
+        worker.execute("SELECT count(*) FROM generate_series(1, 3000000)")
+        other.execute("SELECT count(*) FROM generate_series(1, 3000000)")
+        dm.read_backend_cpu(sampler, ticks)
+        assert set(ticks) == {worker_pid} and ticks[worker_pid] > first
+        assert dm.process_ticks(other_pid) is not None and dm.process_ticks(2 ** 22 + 1) is None

@@ -57,3 +57,21 @@ def test_statements_table_gives_each_policy_its_own_claim_per_thousand_jobs() ->
     # medians over the repeats, per 1,000 of the 2,000 jobs each run did
     assert lines[2] == "| equal10 | fifo | 40.0 | 20.0 | 65.0 |"
     assert lines[3] == "| equal10 | weighted | 45.0 | 20.0 | 70.0 |"
+
+
+def test_cpu_per_job_is_paired_with_the_fifo_run_of_the_same_repeat() -> None:
+    def run(policy: str, rep: int, server_s: float, worker_s: float | None) -> dict[str, Any]:
+        return {**_run(policy, rep, 100.0), "done": 2000, "server_cpu_s": server_s,
+                "worker_cpu_s": worker_s}
+
+    # Repeat 1 is twice as dear for both (a slower machine): the pairs stay 1.1x and 1.2x.
+    runs = [run("fifo", 0, 2.0, 2.0), run("weighted", 0, 2.4, 2.0),
+            run("fifo", 1, 4.0, 4.0), run("weighted", 1, 4.8, 4.8),
+            run("fifo", 2, 2.0, None), run("weighted", 2, 9.0, 9.0)]  # no worker CPU: left out
+    rows = {r["policy"]: r for r in dm.summarize(runs, ["equal10"], ["fifo", "weighted"])}
+    w = rows["weighted"]
+    assert w["cpu_x_fifo_paired"] == (4.4 / 4.0 + 9.6 / 8.0) / 2
+    assert w["server_cpu_ms_per_k"] == 2400.0  # median of 1,200, 2,400 and 4,500 per 1,000 jobs
+    assert "| 2400 + 2400 (1.15x) |" in dm.table(list(rows.values()))
+    report, _ = dm.target_report(list(rows.values()))
+    assert "fair x fifo, paired: 1.15x .. 1.15x" in report
