@@ -71,9 +71,11 @@ The worker is ``fairq worker benchmarks.drain_matrix:app --concurrency 8 --until
   (the connections named ``fairq-worker ...``, read from /proc at every sample while they live,
   so only where the server runs on this machine), and each policy's total against the fifo run
   of the same repeat (paired median). Time the machine's host steals (a shared virtual machine:
-  28% of it once, while a run took three times as long as the day before) stretches the wall
-  clock but is not in a process's CPU time: this says what a policy costs when the wall clock
-  is too noisy to. Informative; the target is the wall clock's.
+  21-28% of it on one morning, when drains took 2-3x as long as a few hours before) is not in a
+  process's CPU time, but a contended host also makes the work itself slower: that morning, the
+  runs of one cell that took longer also cost more CPU per job. So this is less noisy than the
+  wall clock (fifo against itself: 0.91-1.05x where the wall clock gave 0.84-1.27x), not free of
+  the noise. Informative; the target is the wall clock's.
 * a worker that does not exit is stopped with SIGTERM after ``--timeout`` (300 s), or once no job
   finished and the claimable count stood still for ``--idle-timeout`` (30 s): reported as
   timeout / hung, a failure even when every job is done.
@@ -811,8 +813,8 @@ def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]
                           and f.get("jobs_per_s")]
                 row["x_fifo_paired"] = statistics.median(paired) if paired else None
                 # CPU per job, the worker's and its server processes', against the fifo run of
-                # the same repeat: what a policy costs, which time stolen from a shared machine
-                # (wall clock) does not enter.
+                # the same repeat: what a policy costs, without the time a shared machine's host
+                # steals (which stretches the wall clock; see the module's docstring).
                 cpu = [c / cf for r in runs
                        if r["shape"] == shape and r["policy"] == row["policy"]
                        and (f := fifo_by_rep.get(r.get("repeat"))) is not None
