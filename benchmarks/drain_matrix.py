@@ -121,6 +121,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -763,6 +764,23 @@ def total_cpu_per_k(run: dict[str, Any]) -> float | None:
     return None if server is None or worker is None or not run["all_done"] else server + worker
 
 
+def done_rate(run: dict[str, Any]) -> float | None:
+    """Jobs/s of a run that did every job (a rate over part of the jobs is no throughput)."""
+    return (run.get("jobs_per_s") or None) if run["all_done"] else None
+
+
+def paired_median(runs: list[dict[str, Any]], shape: str, policy: str,
+                  fifo_by_rep: dict[Any, dict[str, Any]],
+                  value: Callable[[dict[str, Any]], float | None]) -> float | None:
+    """The median over the repeats of ``value`` of the policy's run / ``value`` of the fifo run
+    of the same repeat; repeats where either has no value are left out."""
+    ratios = [v / fv for r in runs
+              if r["shape"] == shape and r["policy"] == policy
+              and (f := fifo_by_rep.get(r.get("repeat"))) is not None
+              and (v := value(r)) is not None and (fv := value(f))]
+    return statistics.median(ratios) if ratios else None
+
+
 def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]) -> list[dict[str, Any]]:
     rows = []
     for shape in shapes:
@@ -806,21 +824,13 @@ def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]
             if row["shape"] == shape:
                 # Each repeat's ratio to the fifo run next to it, then their median: the
                 # machine's drift between repeats cancels (the ratio of medians below does not).
-                paired = [r["jobs_per_s"] / f["jobs_per_s"] for r in runs
-                          if r["shape"] == shape and r["policy"] == row["policy"]
-                          and (f := fifo_by_rep.get(r.get("repeat"))) is not None
-                          and r["all_done"] and f["all_done"] and r.get("jobs_per_s")
-                          and f.get("jobs_per_s")]
-                row["x_fifo_paired"] = statistics.median(paired) if paired else None
-                # CPU per job, the worker's and its server processes', against the fifo run of
-                # the same repeat: what a policy costs, without the time a shared machine's host
-                # steals (which stretches the wall clock; see the module's docstring).
-                cpu = [c / cf for r in runs
-                       if r["shape"] == shape and r["policy"] == row["policy"]
-                       and (f := fifo_by_rep.get(r.get("repeat"))) is not None
-                       and (c := total_cpu_per_k(r)) is not None
-                       and (cf := total_cpu_per_k(f)) is not None]
-                row["cpu_x_fifo_paired"] = statistics.median(cpu) if cpu else None
+                row["x_fifo_paired"] = paired_median(runs, shape, row["policy"], fifo_by_rep,
+                                                     done_rate)
+                # CPU per job, the worker's and its server processes', paired the same way:
+                # what a policy costs, without the time a shared machine's host steals (which
+                # stretches the wall clock; see the module's docstring).
+                row["cpu_x_fifo_paired"] = paired_median(runs, shape, row["policy"],
+                                                         fifo_by_rep, total_cpu_per_k)
                 # A rate over part of the jobs is no throughput: no ratio unless both finished.
                 row["x_fifo"] = (row["jobs_per_s"] / fifo_rate
                                  if fifo_rate and fifo_ok and row["all_done"] and row["jobs_per_s"]
