@@ -39,15 +39,8 @@ def statement_prefix(name: str, schema: str) -> str:
 
 def to_prepare(name: str, schema: str) -> tuple[str, list[str]]:
     """The statement with ``$n`` placeholders, and the parameter names in ``$n`` order."""
-    order: list[str] = []
-
-    def repl(m: re.Match[str]) -> str:
-        if m.group(1) not in order:
-            order.append(m.group(1))
-        return f"${order.index(m.group(1)) + 1}"
-
-    text = _PARAM.sub(repl, sql.statement(name, schema)).replace("%%", "%")
-    return text, order
+    stmt = sql.positional(name, schema)
+    return stmt.text, list(stmt.names)
 
 
 def tenant_stats(store: Store, *, window_s: float, queue: str | None,

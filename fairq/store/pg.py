@@ -286,20 +286,23 @@ class Store:
         return sql.statement(name, self.schema)
 
     @contextmanager
-    def _tx(self, *, atomic: bool = False) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
+    def _tx(self, *, atomic: bool = False,
+            raw: bool = False) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
         """A dict-row cursor under the store's timeouts.
 
         Without ``atomic`` each statement is its own transaction: callers that run one statement
         (claims, finishes) pay one round trip. ``atomic`` wraps several statements in one.
+        ``raw``: a RawCursor, for statements in positional form (``sql.positional``).
         """
+        factory = psycopg.RawCursor if raw else psycopg.Cursor
         with self.pool.connection() as conn:
             if not self.pooler and not atomic:
-                with conn.cursor(row_factory=dict_row) as cur:
+                with factory(conn, row_factory=dict_row) as cur:
                     yield cur
                 return
-            with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            with conn.transaction(), factory(conn, row_factory=dict_row) as cur:
                 if self.pooler:
-                    cur.execute(self.q("transaction_settings"), {
+                    conn.execute(self.q("transaction_settings"), {
                         "statement_timeout": str(self.statement_timeout_ms),
                         "lock_timeout": str(self.lock_timeout_ms),
                         "synchronous_commit": self.synchronous_commit,
@@ -370,8 +373,11 @@ class Store:
         return None if row is None else float(row["seconds"])
 
     def _claim_rows(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        with self._tx() as cur:
-            cur.execute(self.q(statement), params)
+        # Positional and raw: psycopg does not parse the claim's text, whatever its length
+        # (claim_fair is near psycopg's 4 KiB cache of parsed texts; fairq/sql/__init__.py).
+        stmt = sql.positional(statement, self.schema)
+        with self._tx(raw=True) as cur:
+            cur.execute(stmt.text, stmt.values(params))
             return cur.fetchall()
 
     def finish_done(self, done: Sequence[tuple[int, int]],
