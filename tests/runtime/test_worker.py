@@ -278,9 +278,9 @@ def test_idle_worker_does_not_query_more_than_poll_interval(app: fairq.App) -> N
     real_tx = store._tx
     count = [0]
 
-    def counting_tx() -> Any:
+    def counting_tx(**kwargs: Any) -> Any:
         count[0] += 1
-        return real_tx()
+        return real_tx(**kwargs)
 
     store._tx = counting_tx  # type: ignore[method-assign]
     time.sleep(1.5)
