@@ -340,8 +340,9 @@ class Store:
     # -- workers ------------------------------------------------------------------------
     def claim(self, policy: ClaimPlan, *, queue: str, batch: int, worker: str) -> list[ClaimedJob]:
         """Claim up to ``batch`` jobs of ``queue`` under ``policy``, committed: one statement, or
-        two when the first came back empty while holding a lock (the second, holding nothing,
-        waits for a held tenant; a first statement that holds nothing waits itself).
+        two when a waiting policy's first came back empty (it may have held a lock, and then
+        could not wait; the second, holding nothing, waits for a held tenant). On a queue with
+        nothing due that is two statements per poll.
 
         No state is kept between claims: what a claim does depends on the database alone.
         """
