@@ -14,7 +14,7 @@ so pg_stat_statements and pg_stat_activity still tell the statements apart.
 The claim statements are sent in the form psycopg would send them, ``$1``, ``$2`` ...,
 converted here once per schema (``positional``) and executed through psycopg's RawCursor, so
 their length does not matter: without comments the fair claim is 4,067 bytes with the default
-schema, and every schema name longer than ``fairq`` by a few characters took it past the cache.
+schema, and every schema name of 8 characters or more took it past the cache.
 """
 
 from __future__ import annotations
