@@ -15,7 +15,6 @@ import argparse
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from psycopg.rows import dict_row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import claim_plans as cp
 from fairq import migrate, sql
 from fairq.policies import get_policy
 from fairq.store import Store
@@ -55,10 +55,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--claims", type=int, default=1000)
     args = ap.parse_args()
-    db = "fairq_parse_" + uuid.uuid4().hex[:8]
-    with psycopg.connect(args.dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")
-    dsn = psycopg.conninfo.make_conninfo(args.dsn, dbname=db)
+    db = cp.create_db(args.dsn, "fairq_parse")
+    dsn = cp.with_db(args.dsn, db)
     runs: dict[str, Run] = {"psycopg": through_psycopg, "positional": positional}
     try:
         print("| schema | bytes | psycopg us / claim | positional us / claim |")
@@ -83,8 +81,7 @@ def main() -> None:
             print(f"| {schema} | {size:,} | {statistics.median(got['psycopg']):.0f} | "
                   f"{statistics.median(got['positional']):.0f} |")
     finally:
-        with psycopg.connect(args.dsn, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE {db} WITH (FORCE)")
+        cp.drop_db(args.dsn, db)
 
 
 if __name__ == "__main__":
