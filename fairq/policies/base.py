@@ -17,7 +17,8 @@ class Policy:
 
     name: str
     statement: str
-    # The statement has a `wait` parameter: run it again with wait = true when it came back empty.
+    # The statement has a `wait` parameter: run it again with wait = true when it returned its
+    # one row of NULLs (it took nothing while holding a lock, so it could not wait).
     waits: bool = False
     params: tuple[tuple[str, Any], ...] = ()
     description: str = ""

@@ -25,9 +25,11 @@
 -- 3. When the walk took nothing and the statement holds no lock (no transaction id yet: every
 --    row it could have locked was held), wait_and_pick picks the jobs of the first runnable
 --    tenant with a due job and waits for its row, in this statement. Holding no tenant row, the
---    wait cannot close a lock cycle (engine_v9.sql). With `wait` (the store's second
---    statement, when the first came back empty holding something: sleepers or walked tenants
---    with nothing due) no sleepers, no walk, and the same wait.
+--    wait cannot close a lock cycle (engine_v9.sql). A statement that took nothing and holds
+--    something (sleepers or walked tenants with nothing due, or a row the wait found without
+--    room) could not wait: it returns one row of NULLs, and the store runs it again with `wait`
+--    (no sleepers, no walk, the same wait). One that took nothing and holds nothing has waited
+--    already: it returns no row, and the store sends nothing more.
 -- 4. The jobs are marked running, then claim_settle writes the tenants' counts and virtual times
 --    and takes every tenant served or walked past that has no due job left out of the runnable
 --    set. It is a function because it needs snapshots taken after this statement's locks.
@@ -154,7 +156,13 @@ settled AS MATERIALIZED (
         array(SELECT sl.ctid FROM sleepers sl), array(SELECT sl.tenant FROM sleepers sl)) AS n
 )
 SELECT c.* FROM claimed c
-WHERE (SELECT st.n FROM settled st) IS NOT NULL;
+WHERE (SELECT st.n FROM settled st) IS NOT NULL
+UNION ALL
+-- Step 3's row of NULLs: nothing taken, and a lock held (a transaction id, read after
+-- claim_settle: a row it retired counts too, which at worst sends one statement too many).
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE NOT %(wait)s AND NOT EXISTS (SELECT FROM claimed)
+  AND pg_current_xact_id_if_assigned() IS NOT NULL;
 
 -- name: claim_fifo
 -- The global order (priority, run_at, id), skipping tenants at their cap or without a token

@@ -340,9 +340,9 @@ class Store:
     # -- workers ------------------------------------------------------------------------
     def claim(self, policy: ClaimPlan, *, queue: str, batch: int, worker: str) -> list[ClaimedJob]:
         """Claim up to ``batch`` jobs of ``queue`` under ``policy``, committed: one statement, or
-        two when a waiting policy's first came back empty (it may have held a lock, and then
-        could not wait; the second, holding nothing, waits for a held tenant). On a queue with
-        nothing due that is two statements per poll.
+        two when a waiting policy's first took nothing while it held a lock (it then could not
+        wait; the second, holding nothing, waits for a held tenant). A first statement that
+        held nothing has waited itself: on a queue with nothing due a poll is one statement.
 
         No state is kept between claims: what a claim does depends on the database alone.
         """
@@ -350,9 +350,10 @@ class Store:
             return []
         params = policy.claim_params(queue=queue, batch=batch, worker=worker)
         rows = self._claim_rows(policy.statement, params)
-        if not rows and policy.waits:
-            # Every tenant with a due job may be held by other claims or finishes: the same
-            # statement again, holding nothing, waits for the first of them (docs/algorithm.md).
+        if policy.waits and rows and rows[0]["id"] is None:
+            # Its one row of NULLs: every tenant with a due job may be held by other claims or
+            # finishes; the same statement again, holding nothing, waits for the first of them
+            # (docs/algorithm.md).
             params["wait"] = True
             rows = self._claim_rows(policy.statement, params)
         return [_claimed(r) for r in rows]

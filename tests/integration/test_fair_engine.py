@@ -5,11 +5,12 @@ from __future__ import annotations
 import random
 import threading
 import time
+from typing import Any
 
 import pytest
 from support.fairtools import counts, drain_concurrently, fill, running_mismatch, sql_rows
 
-from fairq.models import TenantConfig
+from fairq.models import NewJob, TenantConfig
 from fairq.policies import get_policy
 from fairq.policies.fairness import jain_index
 from fairq.store import Store
@@ -579,6 +580,66 @@ def test_a_wait_left_holding_a_tenant_without_room_waits_for_no_other_row(
         holder_b.close()
         claimer.join(30)
         b_waits.join(30)
+    assert running_mismatch(dsn) == []
+
+
+def _counting(store: Store) -> list[bool]:
+    """Record, per statement a claim of ``store`` sends, whether it was the second (``wait``)."""
+    sent: list[bool] = []
+    claim_rows = store._claim_rows
+
+    def spy(statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        sent.append(bool(params.get("wait")))
+        return claim_rows(statement, params)
+
+    store._claim_rows = spy  # type: ignore[method-assign]
+    return sent
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_a_poll_of_a_queue_with_nothing_due_is_one_statement(uncapped: Store, policy: str) -> None:
+    """A first statement that took nothing and held no lock has waited itself (it found no
+    tenant to wait for): the store sends no second one. Empty queue, then a queue whose only
+    tenant waits for a delayed job; each poll is one statement."""
+    sent = _counting(uncapped)
+    assert uncapped.claim(get_policy(policy), queue="default", batch=10, worker="w") == []
+    assert sent == [False]
+    uncapped.enqueue([NewJob("t", "later", "{}", delay=3600.0)])
+    for _ in range(3):
+        assert uncapped.claim(get_policy(policy), queue="default", batch=10, worker="w") == []
+    assert sent == [False] * 4
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_a_first_statement_that_held_a_tenant_and_took_nothing_is_followed_by_the_wait(
+        uncapped: Store, dsn: str, policy: str) -> None:
+    """Tenant "a" is first in the walk, its only job locked by another transaction; "b"'s row is
+    held by another. The first statement locks "a", takes nothing, skips "b", and cannot wait
+    holding "a": it returns its row of NULLs (never handed to the caller), and the second
+    statement waits for "b" and takes its jobs once "b"'s holder commits."""
+    import psycopg
+
+    ids = fill(uncapped, {"a": 1})
+    fill(uncapped, {"b": 3})
+    sent = _counting(uncapped)
+    job_holder = psycopg.connect(dsn)
+    row_holder = psycopg.connect(dsn)
+    got: list[list[str]] = []
+    try:
+        job_holder.execute("SELECT 1 FROM fairq.jobs WHERE id = %s FOR UPDATE", (ids[0],))
+        row_holder.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'b' "
+                           "FOR NO KEY UPDATE")
+        claimer = threading.Thread(target=lambda: got.append([j.tenant for j in uncapped.claim(
+            get_policy(policy), queue="default", batch=10, worker="w")]))
+        claimer.start()
+        _blocked_by(dsn, _the_lock_waiter(dsn), row_holder.info.backend_pid)
+        assert sent == [False, True]
+        row_holder.commit()
+        claimer.join(30)
+        assert got == [["b"] * 3]
+    finally:
+        row_holder.close()
+        job_holder.close()
     assert running_mismatch(dsn) == []
 
 

@@ -31,8 +31,8 @@ Weights are 1..4 and costs 1..3, so weighted and drr take their real arithmetic 
 Each case runs in a new session with fairq's planner settings (``planner_options()``) under
 ``plan_cache_mode`` = ``force_generic_plan`` (the plan the session caches, as fairq's workers run
 it) or ``force_custom_plan``, in a transaction that is rolled back. The statement is executed as
-psycopg executes it for the Store (a prepared statement, the real parameters; a claim that came
-back empty under a policy that waits is run again with ``wait``), and auto_explain
+psycopg executes it for the Store (a prepared statement, the real parameters; a claim that took
+nothing while it held a lock, under a policy that waits, is run again with ``wait``), and auto_explain
 (``log_analyze``, ``log_nested_statements``, JSON, ``log_level`` notice) sends the plan of that
 statement, and of every statement run inside the functions it calls, back to this session as
 notices: what is checked is the plan that ran, with its actual row counts. Finishes run on the
@@ -509,13 +509,14 @@ def holding(dsn: str, queue: str) -> Iterator[None]:
 
 
 def claim_rows(conn: psycopg.Connection[Any], policy: str, queue: str) -> list[Any]:
-    """A claim as the Store makes it (fairq/store/pg.py): the statement, and when it came back
-    empty under a policy that waits, the same statement again with ``wait``."""
+    """A claim as the Store makes it (fairq/store/pg.py): the statement, and when it returned
+    its row of NULLs (it took nothing while it held a lock) under a policy that waits, the same
+    statement again with ``wait``."""
     pol = get_policy(policy)
     params = pol.claim_params(queue=queue, batch=BATCH, worker="plan-states")
     text = sql.statement(pol.statement, SCHEMA)
     rows = conn.execute(text, params, prepare=True).fetchall()
-    if not rows and getattr(pol, "waits", False):
+    if rows and rows[0][0] is None and getattr(pol, "waits", False):
         rows = conn.execute(text, {**params, "wait": True}, prepare=True).fetchall()
     return rows
 
