@@ -1,0 +1,84 @@
+"""What a worker's poll of a queue with nothing due costs, per policy: statements and time.
+
+    python benchmarks/claim_idle.py [--polls 2000] [--rounds 3]
+
+A worker polls its queues when notified and every poll interval; most polls of a quiet queue
+find nothing. The queue here holds one tenant whose only job is an hour away (an idle tenant
+with a wake-up), as a quiet queue does. For each policy, in rounds that alternate the order:
+statements per poll (Store._claim_rows calls), wall ms per poll and the process's CPU ms per
+poll, the medians over the rounds. To compare two commits, run it from each (the same machine,
+one after the other, or alternating).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import claim_plans as cp
+from fairq import migrate
+from fairq.models import NewJob
+from fairq.policies import get_policy
+from fairq.store import Store
+
+
+class CountingStore(Store):
+    """A Store that counts the statements its claims send."""
+
+    sent = 0
+
+    def _claim_rows(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        self.sent += 1
+        return super()._claim_rows(statement, params)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dsn", default=cp.DEFAULT_DSN,
+                    help="admin DSN; a database is created there and dropped")
+    ap.add_argument("--policies", default="fifo,round_robin,weighted,drr")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--polls", type=int, default=2000)
+    args = ap.parse_args()
+    db = cp.create_db(args.dsn, "fairq_idle")
+    dsn = cp.with_db(args.dsn, db)
+    try:
+        migrate.upgrade(dsn, cp.SCHEMA)
+        store = CountingStore(dsn, cp.SCHEMA, min_size=1, max_size=1)
+        store.pool.wait()
+        store.enqueue([NewJob("t", "later", "{}", delay=3600.0)])
+        policies = args.policies.split(",")
+        got: dict[str, dict[str, list[float]]] = {
+            p: {"statements": [], "ms": [], "cpu_ms": []} for p in policies}
+        for p in policies:  # warm-up: past psycopg's prepare threshold
+            for _ in range(100):
+                store.claim(get_policy(p), queue="default", batch=8, worker="w")
+        for r in range(args.rounds):
+            for p in (policies if r % 2 == 0 else list(reversed(policies))):
+                pol = get_policy(p)
+                sent, t0, c0 = store.sent, time.perf_counter(), time.process_time()
+                for _ in range(args.polls):
+                    if store.claim(pol, queue="default", batch=8, worker="w"):
+                        raise SystemExit("a poll claimed a job: the queue is not idle")
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                got[p]["statements"].append((store.sent - sent) / args.polls)
+                got[p]["ms"].append(wall / args.polls * 1000)
+                got[p]["cpu_ms"].append(cpu / args.polls * 1000)
+        store.close()
+        print("| policy | statements / poll | ms / poll | client CPU ms / poll |")
+        print("|---|---|---|---|")
+        for p in policies:
+            m = {k: statistics.median(v) for k, v in got[p].items()}
+            print(f"| {p} | {m['statements']:.2f} | {m['ms']:.3f} | {m['cpu_ms']:.3f} |")
+    finally:
+        cp.drop_db(args.dsn, db)
+
+
+if __name__ == "__main__":
+    main()
