@@ -342,7 +342,8 @@ class Store:
         """Claim up to ``batch`` jobs of ``queue`` under ``policy``, committed: one statement, or
         two when a waiting policy's first took nothing while it held a lock (it then could not
         wait; the second, holding nothing, waits for a held tenant). A first statement that
-        held nothing has waited itself: on a queue with nothing due a poll is one statement.
+        held nothing has waited itself: a poll of a queue whose tenants are all idle is one
+        statement.
 
         No state is kept between claims: what a claim does depends on the database alone.
         """
