@@ -351,10 +351,12 @@ class Store:
             return []
         params = policy.claim_params(queue=queue, batch=batch, worker=worker)
         rows = self._claim_rows(policy.statement, params)
-        if policy.waits and rows and rows[0]["id"] is None:
-            # Its one row of NULLs: every tenant with a due job may be held by other claims or
-            # finishes; the same statement again, holding nothing, waits for the first of them
-            # (docs/algorithm.md).
+        if rows and rows[0]["id"] is None:
+            # claim_fair's row of NULLs, never a job: it took nothing while holding a lock. Every
+            # tenant with a due job may be held by other claims or finishes; the same statement
+            # again, holding nothing, waits for the first of them (docs/algorithm.md).
+            if not policy.waits:
+                return []
             params["wait"] = True
             rows = self._claim_rows(policy.statement, params)
         return [_claimed(r) for r in rows]

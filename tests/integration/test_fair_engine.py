@@ -643,6 +643,25 @@ def test_a_first_statement_that_held_a_tenant_and_took_nothing_is_followed_by_th
     assert running_mismatch(dsn) == []
 
 
+def test_a_policy_that_does_not_wait_never_gets_the_row_of_nulls(uncapped: Store, dsn: str) -> None:
+    """The same held queue as above under a policy on claim_fair that does not wait: its claim
+    is the first statement alone, and the row of NULLs that asks for the second is not a job."""
+    import psycopg
+
+    from fairq.policies.base import Policy
+
+    ids = fill(uncapped, {"a": 1})
+    fill(uncapped, {"b": 3})
+    sent = _counting(uncapped)
+    nowait = Policy("weighted_nowait", "claim_fair", params=get_policy("weighted").params)
+    with psycopg.connect(dsn) as job_holder, psycopg.connect(dsn) as row_holder:
+        job_holder.execute("SELECT 1 FROM fairq.jobs WHERE id = %s FOR UPDATE", (ids[0],))
+        row_holder.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'b' "
+                           "FOR NO KEY UPDATE")
+        assert uncapped.claim(nowait, queue="default", batch=10, worker="w") == []
+    assert sent == [False]
+
+
 @pytest.mark.parametrize("policy", FAIR)
 def test_a_full_claim_retires_the_tenants_its_walk_went_past_and_no_other(uncapped: Store,
                                                                         dsn: str,
