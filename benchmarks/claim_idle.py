@@ -5,7 +5,7 @@
 A worker polls its queues when notified and every poll interval; most polls of a quiet queue
 find nothing. The queue here holds one tenant whose only job is an hour away (an idle tenant
 with a wake-up), as a quiet queue does. For each policy, in rounds that alternate the order:
-statements per poll (Store._claim_rows calls), wall ms per poll and the process's CPU ms per
+statements per poll (claim_bench's CountingStore), wall ms per poll and the process's CPU ms per
 poll, the medians over the rounds. To compare two commits, run it from each (the same machine,
 one after the other, or alternating).
 """
@@ -17,25 +17,14 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import claim_plans as cp
+from benchmarks.claim_bench import CountingStore
 from fairq import migrate
 from fairq.models import NewJob
 from fairq.policies import get_policy
-from fairq.store import Store
-
-
-class CountingStore(Store):
-    """A Store that counts the statements its claims send."""
-
-    sent = 0
-
-    def _claim_rows(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        self.sent += 1
-        return super()._claim_rows(statement, params)
 
 
 def main() -> None:
@@ -62,12 +51,12 @@ def main() -> None:
         for r in range(args.rounds):
             for p in (policies if r % 2 == 0 else list(reversed(policies))):
                 pol = get_policy(p)
-                sent, t0, c0 = store.sent, time.perf_counter(), time.process_time()
+                sent, t0, c0 = store.used.total(), time.perf_counter(), time.process_time()
                 for _ in range(args.polls):
                     if store.claim(pol, queue="default", batch=8, worker="w"):
                         raise SystemExit("a poll claimed a job: the queue is not idle")
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-                got[p]["statements"].append((store.sent - sent) / args.polls)
+                got[p]["statements"].append((store.used.total() - sent) / args.polls)
                 got[p]["ms"].append(wall / args.polls * 1000)
                 got[p]["cpu_ms"].append(cpu / args.polls * 1000)
         store.close()

@@ -49,7 +49,7 @@ def positional(store: Store, params: dict[str, Any]) -> list[dict[str, Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres",
+    ap.add_argument("--dsn", default=cp.DEFAULT_DSN,
                     help="admin DSN; a database is created there and dropped")
     ap.add_argument("--schemas", default="fairq," + "s" * 40)
     ap.add_argument("--rounds", type=int, default=6)
