@@ -8,8 +8,8 @@ claim_bench.py measures throughput; on a small, shared machine its ratios move b
 run, too much to judge a change worth a few percent. This runs the same claim + finish rounds on
 a private cluster (4 claimers, batch 10, the workers' ScheduleVacuum beside them), alternating
 the policies, and reads CPU time from /proc around every round: the claimers' backends
-(/proc/PID/stat), this process, and the whole machine (/proc/stat). Figures are medians over the
-rounds. ``--variant NAME=FILE.sql`` runs a candidate claim_fair (the statement text of
+(/proc/PID/schedstat, nanoseconds), this process, and the whole machine (/proc/stat). Figures
+are medians over the rounds. ``--variant NAME=FILE.sql`` runs a candidate claim_fair (the statement text of
 FILE, with ``{schema}`` and ``%(name)s`` placeholders like fairq/sql/claim.sql) as one more
 policy with weighted's parameters, so a candidate and the current statement meet in the same
 run; ``--setup FILE.sql`` creates what a candidate calls (a new engine function, say) first.
@@ -46,10 +46,11 @@ POSTGRES = "/usr/lib/postgresql/15/bin/postgres"
 PROBES = ("EvalPlanQualBegin", "ExecInitNode")
 
 
-def proc_cpu(pid: int) -> int:
-    """utime + stime of a process, in clock ticks."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+def proc_cpu(pid: int) -> float:
+    """CPU time of a process in clock ticks, from the scheduler's nanosecond count
+    (/proc/PID/schedstat): utime + stime in /proc/PID/stat count whole ticks (10 ms), too coarse
+    for a backend's few hundred ms in a round."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) * HZ / 1e9
 
 
 def proc_faults(pid: int) -> int:
@@ -125,8 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--uprobes", action="store_true")
     ap.add_argument("--statements", action="store_true",
-                    help="load pg_stat_statements (track = all) and print, per policy, where "
-                         "its backends' execution time went, nested statements included")
+                    help="load pg_stat_statements (track = all, track_planning on) and print, "
+                         "per policy, where its backends' execution time, planning and buffers "
+                         "went, nested statements included")
     args = ap.parse_args(argv)
     pols = [p for p in args.policies.split(",") if p] + [add_variant(v) for v in args.variant]
     uprobes = args.uprobes and probes_ready()
@@ -137,9 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = {"fsync": "on", "synchronous_commit": "on", "shared_buffers": "128MB"}
     if args.statements:
         options |= {"shared_preload_libraries": "pg_stat_statements",
-                    "pg_stat_statements.track": "all"}
+                    "pg_stat_statements.track": "all",
+                    "pg_stat_statements.track_planning": "on"}
     cluster = pgcluster.start(Path(tempfile.mkdtemp(prefix="claim_cpu-")), options=options)
-    spent: dict[str, list[tuple[str, int, float]]] = {}
+    spent: dict[str, list[tuple[str, int, float, int, float, int]]] = {}
     try:
         backlog = len(pols) * (args.repeats + 2) * args.jobs_per_round + 20 * args.tenants
         db = cb.load_size(cluster.dsn, args.tenants, backlog, 100_000)
@@ -202,9 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for p, top in spent.items():
         print(f"\n{p}: execution time per 1,000 jobs by statement (last round; nested "
               "statements are inside their callers' time too)\n")
-        print("| ms / 1,000 jobs | calls / 1,000 jobs | statement |\n|---|---|---|")
-        for text, calls, ms in top:
-            print(f"| {ms:.1f} | {calls:.0f} | `{text}` |")
+        print("| ms / 1,000 jobs | calls / 1,000 jobs | plans / 1,000 jobs | planning ms / 1,000 "
+              "jobs | buffers / 1,000 jobs | statement |\n|---|---|---|---|---|---|")
+        for text, calls, ms, plans, plan_ms, bufs in top:
+            print(f"| {ms:.1f} | {calls:.0f} | {plans:.0f} | {plan_ms:.1f} | {bufs} | `{text}` |")
     return 0
 
 
@@ -253,17 +257,20 @@ def statements_reset(dsn: str) -> None:
         conn.execute("SELECT pg_stat_statements_reset()")
 
 
-def statements_read(dsn: str, jobs: int) -> list[tuple[str, int, float]]:
-    """The 15 statements with the most execution time, per 1,000 jobs."""
+def statements_read(dsn: str, jobs: int) -> list[tuple[str, int, float, int, float, int]]:
+    """The 15 statements with the most execution time, per 1,000 jobs: calls, execution ms,
+    plans, planning ms (a nested statement replanned on every call shows here), shared buffers."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT regexp_replace(left(query, 90), '\\s+', ' ', 'g'), calls, total_exec_time "
+            "SELECT regexp_replace(left(query, 90), '\\s+', ' ', 'g'), calls, total_exec_time, "
+            "plans, total_plan_time, shared_blks_hit + shared_blks_read "
             "FROM pg_stat_statements WHERE query NOT LIKE '%%pg_stat_statements%%' "
             "ORDER BY total_exec_time DESC LIMIT 15").fetchall()
-    return [(str(q).replace("|", "/"), int(c * 1000 / jobs), float(t) * 1000 / jobs)
-            for q, c, t in rows]
+    return [(str(q).replace("|", "/"), int(c * 1000 / jobs), float(t) * 1000 / jobs,
+             int(p * 1000 / jobs), float(pt) * 1000 / jobs, int(b * 1000 / jobs))
+            for q, c, t, p, pt, b in rows]
 
 
 if __name__ == "__main__":
