@@ -72,7 +72,7 @@ cand AS (
 taken AS MATERIALIZED (
     (SELECT j.id, c.part, c.ctid, c.tenant,
            CASE WHEN %(by_cost)s THEN j.cost ELSE 1.0 END / c.w AS inc, b.n AS most,
-           false AS more, c.rn
+           false AS more, c.rn, j.k
     FROM cand c
     -- Step 3: the jobs that start within the window, at least one. Each counts 1/w of virtual
     -- time (drr: its first due job's cost / w); a sleeper starts at V, the first runnable
@@ -88,21 +88,24 @@ taken AS MATERIALIZED (
                          ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1)
                     ELSE 1.0 END) + 1,
                   c.room)))::int AS n OFFSET 0) b
+    -- k numbers a tenant's jobs in the queue's order (row_number() is computed row by row: it
+    -- reads no job ahead of the LIMIT below, so it locks none that is not taken).
     CROSS JOIN LATERAL (
-        SELECT q.id, q.cost
-        FROM {schema}.jobs q
-        WHERE q.queue = %(queue)s AND q.tenant = c.tenant
-          AND q.status = 'queued' AND q.run_at <= now()
-        ORDER BY q.priority DESC, q.run_at, q.id
-        LIMIT b.n
-        FOR UPDATE OF q SKIP LOCKED
+        SELECT p.id, p.cost, row_number() OVER () AS k FROM (
+            SELECT q.id, q.cost
+            FROM {schema}.jobs q
+            WHERE q.queue = %(queue)s AND q.tenant = c.tenant
+              AND q.status = 'queued' AND q.run_at <= now()
+            ORDER BY q.priority DESC, q.run_at, q.id
+            LIMIT b.n
+            FOR UPDATE OF q SKIP LOCKED) p
     ) j
     LIMIT %(batch)s)
     UNION ALL
     -- Step 5, the wait (wait_and_pick: as many of its picked jobs as fit once its row is held,
     -- not bounded by the window, as the claim it waited for has just moved its vtime; `more`:
     -- it has a due job left).
-    SELECT h.id, 2, h.row_, h.tenant, h.inc, NULL, h.more, NULL
+    SELECT h.id, 2, h.row_, h.tenant, h.inc, NULL, h.more, NULL, NULL
     FROM {schema}.wait_and_pick(%(queue)s, %(batch)s::int, %(by_weight)s, %(by_cost)s) h
     WHERE %(wait)s OR pg_current_xact_id_if_assigned() IS NULL
 ),
@@ -135,7 +138,8 @@ stop AS MATERIALIZED (
 -- than its pick allowed had no more, unless the batch cut it short: the last one served (the
 -- stop, or the last sleeper when sleepers filled the batch; no tenant is named ''). That one is
 -- asked, in this statement's snapshot (the walk waits for nothing), for a due job after the last
--- one it gave (due_after, engine_v8.sql: not from the head of its queue, read by the pick).
+-- one it gave (due_after_job, engine_v11.sql: not from the head of its queue, read by the pick),
+-- the one its pick numbered last (max(ARRAY[k, id]): the id of the highest k, without a sort).
 served AS MATERIALIZED (
     SELECT t.ctid, t.tenant, count(*)::int AS n, sum(t.inc) AS inc,
            CASE WHEN max(t.part) = 2 THEN NOT bool_or(t.more)
@@ -143,7 +147,8 @@ served AS MATERIALIZED (
                     (SELECT st.tenant FROM stop st),
                     (SELECT max(l.tenant) FROM taken l HAVING count(*) >= %(batch)s), '')
                 THEN true
-                ELSE NOT {schema}.due_after(%(queue)s, t.tenant, array_agg(t.id)) END AS emptied
+                ELSE NOT {schema}.due_after_job(%(queue)s, t.tenant, (max(ARRAY[t.k, t.id]))[2])
+                END AS emptied
     FROM taken t GROUP BY t.ctid, t.tenant
 ),
 settled AS MATERIALIZED (

@@ -787,3 +787,54 @@ def test_the_tenant_a_full_batch_stops_at_keeps_its_lower_priority_and_later_due
     assert [j.priority for j in got] == [0]
     assert sql_rows(dsn, active) == [(False, True)]  # only the delayed job is left
     assert uncapped.claim(get_policy(policy), queue="default", batch=1, worker="w") == []
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_the_stop_is_asked_after_its_last_job_in_the_queues_order_not_its_highest_id(
+        uncapped: Store, dsn: str, policy: str) -> None:
+    """The last job a cut-short tenant gave, in the queue's order, is not its highest id when a
+    later job has a higher priority: "a" has a priority-0 job, then a priority-5 one, and a
+    delayed one. A claim of 2 takes both due jobs (the 5 first) and is cut short at "a"; asked
+    after its highest id (the priority-5 job), "a" would look runnable (its priority-0 job is
+    still queued in the claim's snapshot); asked after the priority-0 job it gave last, it has
+    no due job left and is retired, waiting for its delayed job."""
+    import fairq
+
+    app = fairq.App(dsn)
+    try:
+        app.enqueue("t", tenant="a", priority=0)
+        app.enqueue("t", tenant="a", priority=5)
+        app.enqueue("t", tenant="a", delay=3600)
+    finally:
+        app.close()
+    got = sorted(uncapped.claim(get_policy(policy), queue="default", batch=2, worker="w"),
+                 key=lambda j: -j.priority)
+    assert [j.priority for j in got] == [5, 0]
+    assert got[0].id > got[1].id
+    assert sql_rows(dsn, "SELECT active, wake_at IS NOT NULL FROM fairq.tenant_schedule "
+                         "WHERE tenant = 'a'") == [(False, True)]
+
+
+@pytest.mark.parametrize("policy", FAIR)
+def test_a_walk_cut_short_by_the_batch_locks_only_the_jobs_it_takes(uncapped: Store, dsn: str,
+                                                                   policy: str) -> None:
+    """The pick of the tenant a batch stops at may give more jobs than the batch has room for
+    (a window's worth, plus one); the walk stops reading there, and numbering the jobs for
+    due_after_job reads none ahead. A job read is a job locked (FOR UPDATE SKIP LOCKED), and a
+    job locked but not taken is hidden from every other claim until this one commits."""
+    import psycopg
+
+    from fairq import sql
+    from fairq.store.pg import planner_options
+
+    fill(uncapped, {"t": 20})
+    text = sql.statement(get_policy(policy).statement, "fairq")
+    params = get_policy(policy).claim_params(queue="default", batch=5, worker="w")
+    free = ("SELECT count(*) FROM (SELECT j.id FROM fairq.jobs j WHERE j.status = 'queued' "
+            "FOR UPDATE SKIP LOCKED) x")
+    with psycopg.connect(dsn, options=planner_options()) as a, \
+            psycopg.connect(dsn, autocommit=True) as b:
+        assert len(a.execute(text, params).fetchall()) == 5
+        row = b.execute(free).fetchone()
+        assert row is not None and row[0] == 15
+        a.rollback()

@@ -211,7 +211,8 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 # The engine's functions (fairq/sql/ddl/engine_v*.sql) are found in the database itself: a
 # statement auto_explain reports from inside one is labelled "function: its first words".
 ENGINE_FUNCTIONS = ("queue_vtime", "claim_share", "claim_head", "claim_wait", "wait_and_pick",
-                    "claim_settle", "eff_weight", "claim_terms", "groups_due", "due_after")
+                    "claim_settle", "eff_weight", "claim_terms", "groups_due", "due_after",
+                    "due_after_job")
 FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  f"(SELECT count(*) FROM {SCHEMA}.claim_head(%(queue)s, 3)) AS head, "
                  f"(SELECT count(*) FROM {SCHEMA}.claim_wait(%(queue)s, 3)) AS waited, "
@@ -433,8 +434,8 @@ _FAIR_READS = (("claim_fair", "tenant_schedule_runnable_idx"), ("claim_fair", "j
 CASES = (
     # A full claim: the sleepers first (woken at queue_vtime), then the walk from the whale.
     *(Case(f"claim_fair/{p}", "claim_fair", policy=p, served=(WHALE, *SLEEPERS),
-           functions=("queue_vtime", "claim_settle", "due_after"),
-           reads=(*_FAIR_READS, ("due_after", "jobs_tenant_ready_idx")))
+           functions=("queue_vtime", "claim_settle", "due_after_job"),
+           reads=(*_FAIR_READS, ("due_after_job", "jobs_tenant_ready_idx")))
       for p in ("round_robin", "weighted", "drr")),
     # Every due job held by another transaction: nothing is taken; the claim asks wait_and_pick
     # for the tenants to wait for (in its own statement when it holds no lock, else in a second
@@ -746,12 +747,14 @@ def test_every_function_statement_is_checked(states: States) -> None:
                     if normal(x.text) in src:
                         seen.setdefault(f, set()).add(normal(x.text))
     assert set(sources) >= {"queue_vtime", "claim_head", "claim_wait", "wait_and_pick",
-                            "claim_settle", "due_after"}, sources.keys()
-    # claim_share stays in the database for workers of an earlier release during a rolling
-    # upgrade; no statement of this one calls it (claim_fair sums the weights itself).
-    assert not any(".claim_share(" in text for text in _statements())
+                            "claim_settle", "due_after_job"}, sources.keys()
+    # claim_share and due_after stay in the database for workers of an earlier release during a
+    # rolling upgrade; no statement of this one calls them (claim_fair sums the weights itself,
+    # and asks due_after_job).
+    earlier = ("claim_share", "due_after")
+    assert not any(f".{f}(" in text for f in earlier for text in _statements())
     missing = [f"{f}: {stmt[:160]}" for f, body in sources.items() for stmt in function_statements(body)
-               if f != "claim_share" and not any(text in stmt for text in seen.get(f, ()))]
+               if f not in earlier and not any(text in stmt for text in seen.get(f, ()))]
     assert missing == [], "\n".join(missing)
 
 
@@ -917,7 +920,7 @@ def one_tenant(admin_dsn: str, template_db: str) -> Iterator[str]:
 
 def one_tenant_problems(dsn: str, mode: str, extra: Mapping[str, str] | None = None
                         ) -> list[Problem]:
-    """Every fair policy's claim (its walk cut short by the batch: due_after asks for a job
+    """Every fair policy's claim (its walk cut short by the batch: due_after_job asks for a job
     after the last one taken), fifo's claim and wait_and_pick directly (it asks the same after
     its wait), in one rolled-back transaction: the guards on every plan, nested ones too."""
     problems: list[Problem] = []
@@ -935,7 +938,7 @@ def one_tenant_problems(dsn: str, mode: str, extra: Mapping[str, str] | None = N
             if x is not None and x.text != END_MARK:
                 ran.add(x.function or x.label)
                 problems += plan_problems(x)
-    assert {"claim_fair", "claim_fifo", "due_after", "wait_and_pick", "claim_settle"} <= ran, ran
+    assert {"claim_fair", "claim_fifo", "due_after_job", "wait_and_pick", "claim_settle"} <= ran, ran
     return problems
 
 
@@ -946,10 +949,10 @@ def test_plans_hold_when_one_tenant_owns_every_job(one_tenant: str, mode: str) -
 
 
 def test_one_tenant_needs_the_session_settings(one_tenant: str) -> None:
-    """The state is one where the settings matter: with Seq Scans allowed, due_after's generic
-    plan reads the whole jobs table."""
+    """The state is one where the settings matter: with Seq Scans allowed, due_after_job's
+    generic plan reads the whole jobs table."""
     problems = one_tenant_problems(one_tenant, "generic", {"enable_seqscan": "on"})
-    assert any(p.statement.startswith("due_after:") and p.rule == "seq-scan" for p in problems), (
+    assert any(p.statement.startswith("due_after_job:") and p.rule == "seq-scan" for p in problems), (
         "\n".join(map(str, problems)))
 
 
