@@ -86,7 +86,12 @@ With ``--repeats`` above 1 the table shows medians of seconds and jobs/s, and em
 work summed over the repeats; next to the ratio of the medians, the median of each repeat's ratio
 to its own fifo run (paired). ``--control`` runs fifo a second time in every (repeat, shape) and
 reports it as ``fifo_control``: the spread between two runs of the same statement is the
-machine's noise, the yardstick for a ratio near the target. The target the project aims at,
+machine's noise, the yardstick for a ratio near the target. With three repeats or more the
+report also gives each cell the geometric mean of its paired ratios with a 95% bootstrap
+interval over the repeats, and sorts the fair cells into below the target beyond the noise
+(the whole interval under it), at or above it beyond the noise, and undecided (an interval
+across 0.9x: this many repeats on this machine cannot call it either way). Informative: the
+target is judged on the ratios of medians, as before. The target the project aims at,
 reported against and not assumed: every fair policy >= 0.9x fifo on every shape, every job
 done, zero empty claims while work is claimable. Exit status: 1 if any job was left undone
 (or a worker failed or timed out), else 0.
@@ -110,6 +115,7 @@ import itertools
 import json
 import math
 import os
+import random
 import re
 import resource
 import signal
@@ -138,6 +144,9 @@ POLICIES = ("fifo", "round_robin", "weighted", "drr")
 # two runs of the same statement land apart on this machine, against the target's 0.1.
 CONTROL = "fifo_control"
 TARGET_RATIO = 0.9
+# paired_interval: bootstrap draws, and the fewest repeats it is given for.
+INTERVAL_DRAWS = 4000
+MIN_INTERVAL_REPEATS = 3
 EXIT_MARGIN_S = 0.05
 
 
@@ -769,16 +778,39 @@ def done_rate(run: dict[str, Any]) -> float | None:
     return (run.get("jobs_per_s") or None) if run["all_done"] else None
 
 
+def paired_ratios(runs: list[dict[str, Any]], shape: str, policy: str,
+                  fifo_by_rep: dict[Any, dict[str, Any]],
+                  value: Callable[[dict[str, Any]], float | None]) -> list[float]:
+    """Per repeat, ``value`` of the policy's run / ``value`` of the fifo run of the same
+    repeat; repeats where either has no value are left out."""
+    return [v / fv for r in runs
+            if r["shape"] == shape and r["policy"] == policy
+            and (f := fifo_by_rep.get(r.get("repeat"))) is not None
+            and (v := value(r)) is not None and (fv := value(f))]
+
+
 def paired_median(runs: list[dict[str, Any]], shape: str, policy: str,
                   fifo_by_rep: dict[Any, dict[str, Any]],
                   value: Callable[[dict[str, Any]], float | None]) -> float | None:
-    """The median over the repeats of ``value`` of the policy's run / ``value`` of the fifo run
-    of the same repeat; repeats where either has no value are left out."""
-    ratios = [v / fv for r in runs
-              if r["shape"] == shape and r["policy"] == policy
-              and (f := fifo_by_rep.get(r.get("repeat"))) is not None
-              and (v := value(r)) is not None and (fv := value(f))]
+    """The median of ``paired_ratios``."""
+    ratios = paired_ratios(runs, shape, policy, fifo_by_rep, value)
     return statistics.median(ratios) if ratios else None
+
+
+def paired_interval(ratios: list[float], draws: int = INTERVAL_DRAWS
+                    ) -> tuple[float, float, float] | None:
+    """The geometric mean of the paired ratios and a 95% percentile-bootstrap interval for it
+    (repeats drawn with replacement, a fixed seed: the same runs give the same report). It
+    says whether a cell's gap to the target is larger than what the repeats' spread can
+    explain: on a shared machine one run of a cell moves by as much as fifo against itself.
+    None below ``MIN_INTERVAL_REPEATS`` repeats, where an interval means nothing."""
+    if len(ratios) < MIN_INTERVAL_REPEATS or any(x <= 0 for x in ratios):
+        return None
+    logs = [math.log(x) for x in ratios]
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(draws))
+    lo, hi = means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+    return math.exp(statistics.fmean(logs)), math.exp(lo), math.exp(hi)
 
 
 def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]) -> list[dict[str, Any]]:
@@ -824,8 +856,9 @@ def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]
             if row["shape"] == shape:
                 # Each repeat's ratio to the fifo run next to it, then their median: the
                 # machine's drift between repeats cancels (the ratio of medians below does not).
-                row["x_fifo_paired"] = paired_median(runs, shape, row["policy"], fifo_by_rep,
-                                                     done_rate)
+                paired = paired_ratios(runs, shape, row["policy"], fifo_by_rep, done_rate)
+                row["x_fifo_paired"] = statistics.median(paired) if paired else None
+                row["x_fifo_interval"] = paired_interval(paired)
                 # CPU per job, the worker's and its server processes', paired the same way:
                 # what a policy costs, without the time a shared machine's host steals (which
                 # stretches the wall clock; see the module's docstring).
@@ -938,6 +971,22 @@ def target_report(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                    + (f" (paired: {min(p):.2f}x .. {max(p):.2f}x)"
                       if (p := [r["x_fifo_paired"] for r in control
                                 if r.get("x_fifo_paired") is not None]) else ""))
+    judged = [r for r in fair if r.get("x_fifo_interval")]
+    if judged:
+        def cells(rs: list[dict[str, Any]]) -> str:
+            return ", ".join(f"{r['shape']}/{r['policy']} {r['x_fifo_interval'][0]:.2f}x "
+                             f"[{r['x_fifo_interval'][1]:.2f}, {r['x_fifo_interval'][2]:.2f}]"
+                             for r in rs) or "none"
+
+        below = [r for r in judged if r["x_fifo_interval"][2] < TARGET_RATIO]
+        above = [r for r in judged if r["x_fifo_interval"][1] >= TARGET_RATIO]
+        undecided = [r for r in judged if r not in below and r not in above]
+        noise = [r for r in rows if r["policy"] == CONTROL and r.get("x_fifo_interval")]
+        out.append(f"- the repeats' verdict (geometric mean of the paired ratios, 95% bootstrap "
+                   f"interval): below {TARGET_RATIO}x beyond the noise: {cells(below)}; at or "
+                   f"above it beyond the noise: {len(above)} of {len(judged)} fair cells; "
+                   f"undecided at this noise: {cells(undecided)}"
+                   + (f"; {CONTROL}: {cells(noise)}" if noise else "") + " (informative)")
     fair_cpu = [r["cpu_x_fifo_paired"] for r in fair if r.get("cpu_x_fifo_paired") is not None]
     control_cpu = [r["cpu_x_fifo_paired"] for r in rows
                    if r["policy"] == CONTROL and r.get("cpu_x_fifo_paired") is not None]
@@ -947,7 +996,10 @@ def target_report(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                    + (f"; fifo x fifo: {min(control_cpu):.2f}x .. {max(control_cpu):.2f}x"
                       if control_cpu else "") + " (informative, not the target)")
     verdict = {"ratio_met": not slow and not no_ratio, "all_done_met": not undone,
-               "no_empty_claims_met": not empties and not unknown}
+               "no_empty_claims_met": not empties and not unknown,
+               "ratio_below_beyond_noise": [f"{r['shape']}/{r['policy']}" for r in fair
+                                            if r.get("x_fifo_interval")
+                                            and r["x_fifo_interval"][2] < TARGET_RATIO]}
     return "\n".join(out), verdict
 
 

@@ -75,3 +75,30 @@ def test_cpu_per_job_is_paired_with_the_fifo_run_of_the_same_repeat() -> None:
     assert "| 2400 + 2400 (1.15x) |" in dm.table(list(rows.values()))
     report, _ = dm.target_report(list(rows.values()))
     assert "fair x fifo, paired: 1.15x .. 1.15x" in report
+
+
+def test_the_repeats_verdict_tells_a_gap_beyond_the_noise_from_one_within_it() -> None:
+    def cell(policy: str, ratios: list[float]) -> list[dict[str, Any]]:
+        return [_run(policy, rep, 100.0 * x) for rep, x in enumerate(ratios)]
+
+    fifo = cell("fifo", [1.0] * 5)
+    steady_slow = cell("weighted", [0.80, 0.82, 0.79, 0.81, 0.80])  # every repeat below 0.9x
+    noisy = cell("drr", [0.70, 1.20, 0.85, 1.05, 0.95])  # the spread of fifo against itself
+    steady_fast = cell("round_robin", [0.98, 1.02, 1.00, 0.97, 1.03])
+    rows = dm.summarize([*fifo, *steady_slow, *noisy, *steady_fast], ["equal10"],
+                        ["fifo", "weighted", "drr", "round_robin"])
+    by = {r["policy"]: r for r in rows}
+    mean, lo, hi = by["weighted"]["x_fifo_interval"]
+    assert lo <= mean <= hi < 0.9
+    assert by["drr"]["x_fifo_interval"][1] < 0.9 <= by["drr"]["x_fifo_interval"][2]
+    assert by["round_robin"]["x_fifo_interval"][1] >= 0.9
+    report, verdict = dm.target_report(rows)
+    assert verdict["ratio_below_beyond_noise"] == ["equal10/weighted"]
+    line = next(x for x in report.splitlines() if x.startswith("- the repeats' verdict"))
+    assert "below 0.9x beyond the noise: equal10/weighted 0.80x" in line
+    assert "at or above it beyond the noise: 1 of 3 fair cells" in line
+    assert "undecided at this noise: equal10/drr" in line
+    # Fewer than three repeats: no interval, no verdict line.
+    two = dm.summarize([*fifo[:2], *steady_slow[:2]], ["equal10"], ["fifo", "weighted"])
+    assert all(r["x_fifo_interval"] is None for r in two)
+    assert "the repeats' verdict" not in dm.target_report(two)[0]
