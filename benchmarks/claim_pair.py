@@ -1,7 +1,8 @@
 """One claim's price per policy, paired: every policy claims in turn from its own copy of a shape.
 
     .venv/bin/python benchmarks/claim_pair.py [--shapes 1x8000,10x800,4000x2] [--batch 8]
-        [--policies fifo,weighted,round_robin,drr] [--variant NAME=FILE.sql ...] [--dsn URL]
+        [--policies fifo,weighted,round_robin,drr] [--variant NAME=FILE.sql ...]
+        [--setup FILE.sql ...] [--dsn URL]
 
 claim_loop.py drains one database per policy, one after the other, and a shared machine moves
 between them by more than a fair claim's premium over fifo's (a fifo drain against itself
@@ -15,7 +16,9 @@ the first policy, is paired against the machine's drift. It prints, per policy, 
 of a claim (send to rows fetched, commit included) and the median paired difference with its
 95% interval (bootstrap of the median, 2,000 resamples). ``--variant NAME=FILE.sql`` adds a
 policy whose claim is FILE's text (claim_fair's parameters, weighted's values; as in
-claim_cpu.py). tenant_schedule is vacuumed every second, as the worker's maintenance does.
+claim_cpu.py); ``--setup FILE.sql`` runs FILE in each database after the migrations
+(``{schema}`` = the schema), for a variant that calls a function of its own (the candidates in
+benchmarks/candidates/). tenant_schedule is vacuumed every second, as the worker's maintenance does.
 Statistics are never analyzed.
 """
 
@@ -31,6 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+import psycopg
+from psycopg import sql as pgsql
 from support.db import create_database, drop_database, dsn_for_db
 
 from benchmarks import claim_cpu as cc
@@ -58,14 +63,18 @@ def interval(diffs: list[float], rng: random.Random) -> tuple[float, float]:
     return meds[50], meds[1949]
 
 
-def run_shape(admin: str, shape: tuple[int, int], policies: list[str], batch: int
-              ) -> dict[str, list[float]]:
+def run_shape(admin: str, shape: tuple[int, int], policies: list[str], batch: int,
+              setup: list[str]) -> dict[str, list[float]]:
     """Claim times (s) per policy, claim by claim, until a claim comes back empty."""
     tenants, jobs = shape
     name = create_database(admin, "fairq_claimpair")
     try:
         dsn = dsn_for_db(admin, name)
         migrate.upgrade(dsn, dm.SCHEMA)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            quoted = pgsql.Identifier(dm.SCHEMA).as_string(conn)
+            for f in setup:
+                conn.execute(Path(f).read_text().replace("{schema}", quoted).encode())
         with dm.build_app(dsn) as a:
             a.tenants.apply({"defaults": {"weight": 1.0, "max_running": dm.DEFAULT_CAP}})
             items = [(f"t{k:05d}", {}) for _ in range(jobs) for k in range(tenants)]
@@ -107,6 +116,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--policies", default="fifo,weighted,round_robin,drr")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=FILE.sql")
+    ap.add_argument("--setup", action="append", default=[], metavar="FILE.sql")
     args = ap.parse_args()
     shapes = [parse_shape(s) for s in args.shapes.split(",") if s]
     policies = [p for p in args.policies.split(",") if p]
@@ -119,7 +129,7 @@ def main() -> int:
     print(f"batch {args.batch}; claim = send to rows fetched, committed; "
           f"difference = paired against {policies[0]}, median [95% interval]", flush=True)
     for shape in shapes:
-        times = run_shape(args.dsn, shape, policies, args.batch)
+        times = run_shape(args.dsn, shape, policies, args.batch, args.setup)
         base = times[policies[0]]
         print(f"{shape[0]} tenant(s) x {shape[1]} jobs, {len(base)} claims each", flush=True)
         for p in policies:
