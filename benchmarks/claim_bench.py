@@ -56,7 +56,7 @@ from fairq.store.pg import planner_options
 POLICIES = ("fifo", "round_robin", "weighted", "drr")
 # Substrings that tell the claim statements apart in pg_stat_statements' normalised text.
 PGSS_MARKS = {
-    "claim_fair": ".wait_and_pick(",
+    "claim_fair": ".claim_fair(",
     "claim_fifo": "WHERE ts.queue = q.queue AND ts.tenant = q.tenant",
     "finish_done": "FROM done d",
 }

@@ -174,7 +174,7 @@ def summarise(explain: Mapping[str, Any], mode: str, queue: str = QUEUE, queue_p
     outputs as ``$0``, ``$1``... too.
     """
     top = explain["Plan"]
-    text = json.dumps(explain)
+    text = json.dumps(explain)  # with the nested plans: claim_fair's own conditions are there
     literal = "'" + queue.replace("'", "''") + "'::text"
     # A data-modifying CTE nobody reads (upd_tenants) runs after the main plan finished, outside
     # the top node's counters: add it. (A read one would be counted twice: an upper bound.)
@@ -191,7 +191,10 @@ def summarise(explain: Mapping[str, Any], mode: str, queue: str = QUEUE, queue_p
         # default group's name, 'default', in claim_fair's group lookup) is not evidence.
         generic=f"queue = ${queue_param})" in text and f"queue = {literal}" not in text,
     )
-    for n, anc in nodes(top):
+    # The statements functions ran (claim_fair, claim_settle) are read like the statement's own
+    # nodes; their buffers are in the top node's already.
+    every = [x for plan in (top, *explain.get("Nested Plans", [])) for x in nodes(plan)]
+    for n, anc in every:
         rel = n.get("Relation Name")
         if rel not in ("jobs", "tenant_schedule"):
             continue
@@ -222,19 +225,57 @@ def explain_prepared(conn: psycopg.Connection[Any], name: str, types: list[str],
         for n, t in zip(order, types, strict=True))
     stmt = pgsql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {}({})").format(
         pgsql.Identifier(name), args)
+    notices: list[str] = []
+
+    def collect(d: psycopg.errors.Diagnostic) -> None:
+        notices.append(d.message_primary or "")
+
     with conn.transaction(force_rollback=True):
         conn.execute("SELECT set_config('plan_cache_mode', %s, true)", (f"force_{mode}_plan",))
         for key, value in (settings or {}).items():
             conn.execute("SELECT set_config(%s, %s, true)", (key, value))
-        row = conn.execute(stmt).fetchone()
-        if mode == "generic":
-            # The first EXECUTE built the generic plan; the second shows the steady state of a
-            # cached generic plan (no planning), which is what a long-lived worker runs.
+        # The statements a function runs (claim_fair's, claim_settle's) are not in the EXPLAIN
+        # of the statement that calls it: auto_explain reports them, as notices.
+        conn.execute("LOAD 'auto_explain'")
+        for key, value in NESTED_EXPLAIN.items():
+            conn.execute("SELECT set_config(%s, %s, true)", (f"auto_explain.{key}", value))
+        conn.add_notice_handler(collect)
+        try:
             row = conn.execute(stmt).fetchone()
+            if mode == "generic":
+                # The first EXECUTE built the generic plan; the second shows the steady state of
+                # a cached generic plan (no planning), which is what a long-lived worker runs.
+                notices.clear()
+                row = conn.execute(stmt).fetchone()
+        finally:
+            conn.remove_notice_handler(collect)
     assert row is not None
     raw = row[0]
     doc: dict[str, Any] = (json.loads(raw) if isinstance(raw, str) else raw)[0]
+    doc["Nested Plans"] = nested_plans(notices)
     return doc, summarise(doc, mode, str(params["queue"]), order.index("queue") + 1)
+
+
+# auto_explain, for the statements run inside functions (log_nested_statements).
+NESTED_EXPLAIN = {"log_min_duration": "0", "log_analyze": "on", "log_buffers": "on",
+                  "log_nested_statements": "on", "log_format": "json", "log_level": "notice",
+                  "log_timing": "off"}
+
+
+def nested_plans(notices: list[str]) -> list[dict[str, Any]]:
+    """The plans auto_explain reported for statements run inside functions (not the EXPLAIN)."""
+    out = []
+    for message in notices:
+        head, sep, body = message.partition("\n")
+        if not sep or not head.startswith("duration:") or "plan:" not in head:
+            continue
+        doc = json.loads(body)
+        text = str(doc.get("Query Text", "")).lstrip()
+        # the EXPLAIN itself, and the statement it executes (fairq's statements are labelled)
+        if text.upper().startswith("EXPLAIN") or text.startswith("-- fairq "):
+            continue
+        out.append(doc["Plan"])
+    return out
 
 
 def explain_case(conn: psycopg.Connection[Any], statement: str, policy: str, *, batch: int,

@@ -819,9 +819,10 @@ def test_the_stop_is_asked_after_its_last_job_in_the_queues_order_not_its_highes
 def test_a_walk_cut_short_by_the_batch_locks_only_the_jobs_it_takes(uncapped: Store, dsn: str,
                                                                    policy: str) -> None:
     """The pick of the tenant a batch stops at may give more jobs than the batch has room for
-    (a window's worth, plus one); the walk stops reading there, and numbering the jobs for
-    due_after_job reads none ahead. A job read is a job locked (FOR UPDATE SKIP LOCKED), and a
-    job locked but not taken is hidden from every other claim until this one commits."""
+    (a window's worth, plus one); its pick reads no more than the batch has room for, and the
+    check for a due job after the last one it gave locks nothing. A job read is a job locked
+    (FOR UPDATE SKIP LOCKED), and a job locked but not taken is hidden from every other claim
+    until this one commits."""
     import psycopg
 
     from fairq import sql

@@ -127,6 +127,6 @@ def test_pg_stat_statements_without_track_planning_falls_back(
 
 
 def test_statement_prefix_names_the_schema() -> None:
-    assert '"fairq".tenant_schedule' in statement_prefix("claim_fair", "fairq")
+    assert '"fairq".claim_fair(' in statement_prefix("claim_fair", "fairq")
     assert '"other".jobs' in statement_prefix("claim_fifo", "other")
     assert "%(" not in statement_prefix("claim_fair", "fairq")

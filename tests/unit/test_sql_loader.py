@@ -74,13 +74,6 @@ def test_statements_fit_psycopgs_query_cache(schema: str) -> None:
     assert too_long == {}
 
 
-def test_claim_fair_with_a_long_schema_is_past_psycopgs_cache() -> None:
-    """Why the claims are sent in positional form: with a schema name a few characters longer
-    than the default, claim_fair's text is past the cache (and psycopg would parse it again on
-    every claim)."""
-    assert len(sql.statement("claim_fair", "fairq_jobs").encode()) > PSYCOPG_CACHE_LIMIT
-
-
 def test_positional_form_numbers_each_name_once_by_first_appearance() -> None:
     stmt = sql.to_positional("SELECT %(b)s, %(a)s, %(b)s, 5 %% 2, '%%'")
     assert stmt.text == "SELECT $1, $2, $1, 5 % 2, '%'"
