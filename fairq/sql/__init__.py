@@ -13,9 +13,9 @@ so pg_stat_statements and pg_stat_activity still tell the statements apart.
 
 The claim statements are sent in the form psycopg would send them, ``$1``, ``$2`` ...,
 converted here once per schema (``positional``) and executed through psycopg's RawCursor, so
-their length does not matter: without comments the fair claim is 4,266 bytes with the default
-schema, past the cache with any schema name (before it returned its row of NULLs it was 4,067
-bytes, and a schema name of 8 characters or more took it past).
+their length does not matter. Up to migration 0018 the fair claim statement was past the cache
+(4,266 bytes without comments with the default schema); since 0019 it is a short call of the
+engine function claim_fair, but a claim statement that grows past 4 KiB again costs nothing.
 """
 
 from __future__ import annotations

@@ -379,7 +379,7 @@ class Store:
 
     def _claim_rows(self, statement: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         # Positional and raw: psycopg does not parse the claim's text, whatever its length
-        # (claim_fair is near psycopg's 4 KiB cache of parsed texts; fairq/sql/__init__.py).
+        # (psycopg caches its parse of texts up to 4 KiB only; fairq/sql/__init__.py).
         stmt = sql.positional(statement, self.schema)
         with self._tx(raw=True) as cur:
             cur.execute(stmt.text, stmt.values(params))

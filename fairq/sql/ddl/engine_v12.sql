@@ -5,8 +5,8 @@
 -- Up to 0018 the fair claim was one statement (fairq/sql/claim.sql) holding every step of the
 -- definition as a CTE: the sleepers, the reach, the walk and its picks, the wait, the stop, the
 -- emptied check and the settle's arguments. PostgreSQL starts every node of a plan at each
--- execution, used or not, and that plan had 72 nodes against fifo's 37: perf on a one-tenant
--- drain put most of the fair claim's premium over fifo (0.2-0.3 ms a claim of 8) in the
+-- execution, used or not, and that plan had 72 nodes against fifo's 37: perf on one-tenant
+-- claims of 8 put most of the fair claim's premium over fifo (0.2-0.3 ms a claim of 8) in the
 -- executor's start-up. Here the walk is a cursor read one tenant at a time (FETCH: the row it
 -- locks is the row it reads, as before) and each tenant's jobs are picked by a small statement
 -- of their own; the wait and drr's cost are run only by the claims that need them. The walk
