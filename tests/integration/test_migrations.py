@@ -344,3 +344,35 @@ def test_cli_worker_on_an_unmigrated_schema_is_one_line(empty_dsn: str, tmp_path
     assert proc.stderr.endswith("has no fairq tables: run `fairq migrate` (or App.migrate()) "
                                 "first\n"), proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("policy", ["fifo", "round_robin", "weighted", "drr"])
+def test_a_connection_that_claimed_keeps_claiming_after_a_newer_release_adds_columns(
+        dsn: str, policy: str) -> None:
+    """A newer release's migration adds columns under running workers. The same connection,
+    with its cached plans (and a plpgsql function's cached row types), must go on claiming
+    and finishing."""
+    from fairq.models import NewJob
+    from fairq.policies import get_policy
+    from fairq.store import Store
+
+    store = Store(dsn, "fairq", min_size=1, max_size=1)  # one connection: the cached one
+    try:
+        store.pool.wait()
+        pol = get_policy(policy)
+        store.enqueue([NewJob(task="t", tenant=t, payload_json="{}") for t in ("a", "a", "b", "b")])
+        first = store.claim(pol, queue="default", batch=1, worker="w")
+        assert len(first) == 1
+        store.finish_done([(first[0].id, first[0].attempts)])
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for table in ("jobs", "tenant_schedule", "tenants"):
+                conn.execute(f"ALTER TABLE fairq.{table} ADD COLUMN newer_note text DEFAULT 'x'")
+        rest = store.claim(pol, queue="default", batch=8, worker="w")
+        assert len(rest) == 3
+        store.finish_done([(j.id, j.attempts) for j in rest])
+        assert store.claim(pol, queue="default", batch=8, worker="w") == []
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT count(*) FROM fairq.jobs WHERE status = 'done'"
+                                ).fetchone() == (4,)
+    finally:
+        store.close()

@@ -19,8 +19,16 @@
 -- (engine_v10.sql) runs after this claim's UPDATE, as it did inside the statement.
 CREATE FUNCTION {schema}.claim_fair(q text, lim int, by_weight bool, by_cost bool, win float8,
                                     waiting bool, wk text)
-RETURNS SETOF {schema}.jobs
+-- It returns the claimed jobs' columns by name, not the jobs table's row type: a plpgsql
+-- function caches the row type its statements were first planned with, and a newer release's
+-- migration that adds a column to jobs would then break every claim of a running worker
+-- ("structure of query does not match function result type"). `use_column`: where a name is
+-- both one of these columns and a table's column, the body means the table's.
+RETURNS TABLE (id bigint, queue text, tenant text, task text, payload jsonb, attempts int,
+               max_attempts int, lease_seconds int, priority smallint, cost float8,
+               run_at timestamptz, started_at timestamptz, locked_until timestamptz)
 LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
 DECLARE
     -- The runnable tenants up to the reach, in (vtime, tenant) order, each locked as a FETCH
     -- reaches it, SKIP LOCKED (a tenant another claim holds is being served by it). LIMIT: a
@@ -59,14 +67,12 @@ DECLARE
     last_p int;
     last_r timestamptz;
     all_ids bigint[] := '{}';
-    got {schema}.jobs[];
     s_rows tid[] := '{}';
     s_tenants text[] := '{}';
     s_n int[] := '{}';
     s_inc float8[] := '{}';
     s_empty text[] := '{}';
     took int := 0;
-    nothing {schema}.jobs;
     retired int;
 BEGIN
     IF NOT waiting THEN
@@ -196,13 +202,15 @@ BEGIN
     END IF;
 
     IF took > 0 THEN
-        WITH claimed AS (
-            UPDATE {schema}.jobs cj
-            SET status = 'running', attempts = cj.attempts + 1, started_at = now(),
-                locked_until = now() + make_interval(secs => cj.lease_seconds), locked_by = wk
-            WHERE cj.id = ANY (all_ids)
-            RETURNING cj)
-        SELECT array_agg(x.cj) INTO got FROM claimed x;
+        -- The jobs go to the result now; the function goes on to settle.
+        RETURN QUERY
+        UPDATE {schema}.jobs cj
+        SET status = 'running', attempts = cj.attempts + 1, started_at = now(),
+            locked_until = now() + make_interval(secs => cj.lease_seconds), locked_by = wk
+        WHERE cj.id = ANY (all_ids)
+        RETURNING cj.id, cj.queue, cj.tenant, cj.task, cj.payload, cj.attempts, cj.max_attempts,
+                  cj.lease_seconds, cj.priority, cj.cost, cj.run_at, cj.started_at,
+                  cj.locked_until;
     END IF;
 
     -- 6 and 7. The tenants' counts and virtual times, the sleepers woken, and every tenant served
@@ -212,13 +220,11 @@ BEGIN
     SELECT {schema}.claim_settle(q, false, NULL, NULL, NULL,
                                  s_rows, s_tenants, s_n, s_inc, s_empty, sl_rows, sl_tenants)
     INTO retired;
-    IF took > 0 THEN
-        RETURN QUERY SELECT * FROM unnest(got);
-    ELSIF NOT waiting AND pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    IF took = 0 AND NOT waiting AND pg_current_xact_id_if_assigned() IS NOT NULL THEN
         -- Took nothing while holding a lock (a sleeper, a walked tenant with nothing due, or a
         -- row claim_settle retired): it could not wait. One row of NULLs tells the store to run
         -- it again with `waiting`, holding nothing.
-        RETURN NEXT nothing;
+        RETURN NEXT;  -- every column NULL
     END IF;
 END
 $$;
