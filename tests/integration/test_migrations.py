@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -370,9 +371,18 @@ def test_a_connection_that_claimed_keeps_claiming_after_a_newer_release_adds_col
         rest = store.claim(pol, queue="default", batch=8, worker="w")
         assert len(rest) == 3
         store.finish_done([(j.id, j.attempts) for j in rest])
+        # A delayed job: its tenant sleeps, and the claim that wakes it reads it as a sleeper.
+        store.enqueue([NewJob(task="t", tenant="c", payload_json="{}", delay=0.3)])
         assert store.claim(pol, queue="default", batch=8, worker="w") == []
+        deadline = time.monotonic() + 30
+        woke: list[Any] = []
+        while not woke and time.monotonic() < deadline:
+            woke = store.claim(pol, queue="default", batch=8, worker="w")
+            time.sleep(0.05)
+        assert [j.tenant for j in woke] == ["c"]
+        store.finish_done([(woke[0].id, woke[0].attempts)])
         with psycopg.connect(dsn) as conn:
             assert conn.execute("SELECT count(*) FROM fairq.jobs WHERE status = 'done'"
-                                ).fetchone() == (4,)
+                                ).fetchone() == (5,)
     finally:
         store.close()
