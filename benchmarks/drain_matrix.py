@@ -86,7 +86,12 @@ With ``--repeats`` above 1 the table shows medians of seconds and jobs/s, and em
 work summed over the repeats; next to the ratio of the medians, the median of each repeat's ratio
 to its own fifo run (paired). ``--control`` runs fifo a second time in every (repeat, shape) and
 reports it as ``fifo_control``: the spread between two runs of the same statement is the
-machine's noise, the yardstick for a ratio near the target. With three repeats or more the
+machine's noise, the yardstick for a ratio near the target (the control is measured against
+the first fifo run alone). The control is a fifo run too, so with it a fair policy is measured
+against both: its ratio of medians against the median of all the shape's fifo runs, its paired
+ratio against the geometric mean of the repeat's two, which the repeat's order (fifo first,
+the control last; reversed every other repeat) puts on both sides of every fair run, so the
+machine's drift over a repeat cancels. With three repeats or more the
 report also gives each cell the geometric mean of its paired ratios with a 95% bootstrap
 interval over the repeats, and sorts the fair cells into below the target beyond the noise
 (the whole interval under it), at or above it beyond the noise, and undecided (an interval
@@ -779,21 +784,26 @@ def done_rate(run: dict[str, Any]) -> float | None:
 
 
 def paired_ratios(runs: list[dict[str, Any]], shape: str, policy: str,
-                  fifo_by_rep: dict[Any, dict[str, Any]],
+                  base_by_rep: dict[Any, list[dict[str, Any]]],
                   value: Callable[[dict[str, Any]], float | None]) -> list[float]:
-    """Per repeat, ``value`` of the policy's run / ``value`` of the fifo run of the same
-    repeat; repeats where either has no value are left out."""
-    return [v / fv for r in runs
-            if r["shape"] == shape and r["policy"] == policy
-            and (f := fifo_by_rep.get(r.get("repeat"))) is not None
-            and (v := value(r)) is not None and (fv := value(f))]
+    """Per repeat, ``value`` of the policy's run / the geometric mean of ``value`` over the
+    repeat's fifo runs (with ``--control`` two, one at each end of the repeat's order);
+    repeats where the policy's run or every fifo run has no value are left out."""
+    out = []
+    for r in runs:
+        if r["shape"] != shape or r["policy"] != policy or (v := value(r)) is None:
+            continue
+        base = [fv for f in base_by_rep.get(r.get("repeat"), []) if (fv := value(f))]
+        if base:
+            out.append(v / math.prod(base) ** (1 / len(base)))
+    return out
 
 
 def paired_median(runs: list[dict[str, Any]], shape: str, policy: str,
-                  fifo_by_rep: dict[Any, dict[str, Any]],
+                  base_by_rep: dict[Any, list[dict[str, Any]]],
                   value: Callable[[dict[str, Any]], float | None]) -> float | None:
     """The median of ``paired_ratios``."""
-    ratios = paired_ratios(runs, shape, policy, fifo_by_rep, value)
+    ratios = paired_ratios(runs, shape, policy, base_by_rep, value)
     return statistics.median(ratios) if ratios else None
 
 
@@ -817,7 +827,8 @@ def paired_interval(ratios: list[float], draws: int = INTERVAL_DRAWS
 def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]) -> list[dict[str, Any]]:
     rows = []
     for shape in shapes:
-        fifo_rate = None
+        fifo_rate = base_rate = None
+        base_rates: list[float] = []
         for policy in policies:
             rs = [r for r in runs if r["shape"] == shape and r["policy"] == policy]
             if not rs:
@@ -849,25 +860,42 @@ def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]
             }
             if policy == "fifo":
                 fifo_rate = row["jobs_per_s"]
+            if policy in ("fifo", CONTROL):
+                base_rates += rates
             rows.append(row)
+        # A fair policy is measured against every fifo run of the shape: with --control, the
+        # two of each repeat, which the repeat's order puts at both of its ends (the machine's
+        # drift over a repeat cancels in their mean, and the baseline has twice the runs).
+        # The control itself is measured against the first fifo run only: that is the noise.
+        base_rate = statistics.median(base_rates) if base_rates else None
         fifo_ok = any(r["shape"] == shape and r["policy"] == "fifo" and r["all_done"] for r in rows)
-        fifo_by_rep = {r["repeat"]: r for r in runs
-                       if r["shape"] == shape and r["policy"] == "fifo"}
+        base_ok = fifo_ok and all(r["all_done"] for r in rows
+                                  if r["shape"] == shape and r["policy"] == CONTROL)
+        fifo_by_rep: dict[Any, list[dict[str, Any]]] = {}
+        base_by_rep: dict[Any, list[dict[str, Any]]] = {}
+        for r in runs:
+            if r["shape"] == shape and r["policy"] in ("fifo", CONTROL):
+                base_by_rep.setdefault(r["repeat"], []).append(r)
+                if r["policy"] == "fifo":
+                    fifo_by_rep.setdefault(r["repeat"], []).append(r)
         for row in rows:
             if row["shape"] == shape:
-                # Each repeat's ratio to the fifo run next to it, then their median: the
+                control = row["policy"] == CONTROL
+                by_rep = fifo_by_rep if control else base_by_rep
+                # Each repeat's ratio to the fifo runs beside it, then their median: the
                 # machine's drift between repeats cancels (the ratio of medians below does not).
-                paired = paired_ratios(runs, shape, row["policy"], fifo_by_rep, done_rate)
+                paired = paired_ratios(runs, shape, row["policy"], by_rep, done_rate)
                 row["x_fifo_paired"] = statistics.median(paired) if paired else None
                 row["x_fifo_interval"] = paired_interval(paired)
                 # CPU per job, the worker's and its server processes', paired the same way:
                 # what a policy costs, without the time a shared machine's host steals (which
                 # stretches the wall clock; see the module's docstring).
                 row["cpu_x_fifo_paired"] = paired_median(runs, shape, row["policy"],
-                                                         fifo_by_rep, total_cpu_per_k)
+                                                         by_rep, total_cpu_per_k)
                 # A rate over part of the jobs is no throughput: no ratio unless both finished.
-                row["x_fifo"] = (row["jobs_per_s"] / fifo_rate
-                                 if fifo_rate and fifo_ok and row["all_done"] and row["jobs_per_s"]
+                rate, ok = (fifo_rate, fifo_ok) if control else (base_rate, base_ok)
+                row["x_fifo"] = (row["jobs_per_s"] / rate
+                                 if rate and ok and row["all_done"] and row["jobs_per_s"]
                                  else None)
     return rows
 

@@ -102,3 +102,22 @@ def test_the_repeats_verdict_tells_a_gap_beyond_the_noise_from_one_within_it() -
     two = dm.summarize([*fifo[:2], *steady_slow[:2]], ["equal10"], ["fifo", "weighted"])
     assert all(r["x_fifo_interval"] is None for r in two)
     assert "the repeats' verdict" not in dm.target_report(two)[0]
+
+
+def test_with_the_control_a_fair_policy_is_measured_against_both_fifo_runs() -> None:
+    # The machine slows through each repeat: fifo first, drr in the middle, the control last.
+    # Against the first fifo run alone drr looks 0.8x; against both ends it runs at their mean.
+    runs = [_run("fifo", rep, 200) for rep in range(3)]
+    runs += [_run("drr", rep, 160) for rep in range(3)]
+    runs += [_run(dm.CONTROL, rep, 128) for rep in range(3)]
+    rows = {r["policy"]: r for r in dm.summarize(runs, ["equal10"], ["fifo", "drr", dm.CONTROL])}
+    assert rows["drr"]["x_fifo_paired"] == 160 / (200 * 128) ** 0.5  # 1.0x
+    assert rows["drr"]["x_fifo"] == 160 / 164  # the median of the six fifo runs' rates
+    # The control stays the first fifo run's twin: its ratio is the noise, 0.64x here.
+    assert rows[dm.CONTROL]["x_fifo"] == rows[dm.CONTROL]["x_fifo_paired"] == 128 / 200
+    report, verdict = dm.target_report(list(rows.values()))
+    assert verdict["ratio_met"] and "0.64x .. 0.64x" in report
+    # A control run left undone: no fair ratio of medians (its rate is not a throughput).
+    runs[-1] = _run(dm.CONTROL, 2, 128, done=False)
+    rows = {r["policy"]: r for r in dm.summarize(runs, ["equal10"], ["fifo", "drr", dm.CONTROL])}
+    assert rows["drr"]["x_fifo"] is None
