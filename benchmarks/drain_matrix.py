@@ -827,7 +827,7 @@ def paired_interval(ratios: list[float], draws: int = INTERVAL_DRAWS
 def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]) -> list[dict[str, Any]]:
     rows = []
     for shape in shapes:
-        fifo_rate = base_rate = None
+        fifo_rate = None
         base_rates: list[float] = []
         for policy in policies:
             rs = [r for r in runs if r["shape"] == shape and r["policy"] == policy]
@@ -880,8 +880,8 @@ def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]
                     fifo_by_rep.setdefault(r["repeat"], []).append(r)
         for row in rows:
             if row["shape"] == shape:
-                control = row["policy"] == CONTROL
-                by_rep = fifo_by_rep if control else base_by_rep
+                fifo_run = row["policy"] in ("fifo", CONTROL)  # the fifo row: 1.0x
+                by_rep = fifo_by_rep if fifo_run else base_by_rep
                 # Each repeat's ratio to the fifo runs beside it, then their median: the
                 # machine's drift between repeats cancels (the ratio of medians below does not).
                 paired = paired_ratios(runs, shape, row["policy"], by_rep, done_rate)
@@ -893,7 +893,7 @@ def summarize(runs: list[dict[str, Any]], shapes: list[str], policies: list[str]
                 row["cpu_x_fifo_paired"] = paired_median(runs, shape, row["policy"],
                                                          by_rep, total_cpu_per_k)
                 # A rate over part of the jobs is no throughput: no ratio unless both finished.
-                rate, ok = (fifo_rate, fifo_ok) if control else (base_rate, base_ok)
+                rate, ok = (fifo_rate, fifo_ok) if fifo_run else (base_rate, base_ok)
                 row["x_fifo"] = (row["jobs_per_s"] / rate
                                  if rate and ok and row["all_done"] and row["jobs_per_s"]
                                  else None)
