@@ -83,22 +83,22 @@ The worker is ``fairq worker benchmarks.drain_matrix:app --concurrency 8 --until
 The sampler's query and scrape cost the machine a little CPU (a larger ``--sample-interval``
 costs less); on a small or shared machine, run ``--repeats`` 3 or more before trusting a ratio.
 With ``--repeats`` above 1 the table shows medians of seconds and jobs/s, and empty claims with
-work summed over the repeats; next to the ratio of the medians, the median of each repeat's ratio
-to its own fifo run (paired). ``--control`` runs fifo a second time in every (repeat, shape) and
-reports it as ``fifo_control``: the spread between two runs of the same statement is the
-machine's noise, the yardstick for a ratio near the target (the control is measured against
+work summed over the repeats; next to the ratio of the medians, the median of each repeat's
+ratio to its own fifo run (paired). ``--control`` runs fifo a second time in every (repeat,
+shape) and reports it as ``fifo_control``: the spread between two runs of the same statement is
+the machine's noise, the yardstick for a ratio near the target (the control is measured against
 the first fifo run alone). The control is a fifo run too, so with it a fair policy is measured
 against both: its ratio of medians against the median of all the shape's fifo runs, its paired
-ratio against the geometric mean of the repeat's two, which the repeat's order (fifo first,
-the control last; reversed every other repeat) puts on both sides of every fair run, so the
-machine's drift over a repeat cancels. With three repeats or more the
-report also gives each cell the geometric mean of its paired ratios with a 95% bootstrap
-interval over the repeats, and sorts the fair cells into below the target beyond the noise
-(the whole interval under it), at or above it beyond the noise, and undecided (an interval
-across 0.9x: this many repeats on this machine cannot call it either way). Informative: the
-target is judged on the ratios of medians, as before. The target the project aims at,
-reported against and not assumed: every fair policy >= 0.9x fifo on every shape, every job
-done, zero empty claims while work is claimable. Exit status: 1 if any job was left undone
+ratio against the geometric mean of the repeat's two, which the repeat's order (the control
+always last, and fifo first unless ``--policies`` puts it elsewhere; reversed every other
+repeat) puts on both sides of every fair run, so the machine's drift over a repeat cancels. With
+three repeats or more the report also gives each cell the geometric mean of its paired ratios
+with a 95% bootstrap interval over the repeats, and sorts the fair cells into below the target
+beyond the noise (the whole interval under it), at or above it beyond the noise, and undecided
+(an interval across 0.9x: this many repeats on this machine cannot call it either way).
+Informative: the target is judged on the ratios of medians, as before. The target the project
+aims at, reported against and not assumed: every fair policy >= 0.9x fifo on every shape, every
+job done, zero empty claims while work is claimable. Exit status: 1 if any job was left undone
 (or a worker failed or timed out), else 0.
 
 ``--statements`` runs the matrix on a private cluster of this machine's PostgreSQL 15 instead
