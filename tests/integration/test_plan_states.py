@@ -222,8 +222,8 @@ FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  # tenant, so it reads nothing and retires nobody.
                  f"{SCHEMA}.claim_settle(%(queue)s, false, NULL, '-Infinity', '', '{{}}', '{{}}', "
                  "'{}', '{}', '{}', '{}', '{}') AS settled, "
-                 # and its read of a short claim's reach, which only the claim statement of an
-                 # earlier release (engine_v9 era) asks for: a reach below every tenant.
+                 # and its read of a short claim's reach, which the same statement asked for when
+                 # a claim came back short: a reach below every tenant, so it reads nothing.
                  f"{SCHEMA}.claim_settle(%(queue)s, true, '-Infinity', NULL, NULL, '{{}}', "
                  "'{}', '{}', '{}', '{}', '{}', '{}') AS settled_short")
 END_MARK = "SELECT 'plan-states: end of case'"
@@ -742,7 +742,10 @@ def test_every_function_statement_is_checked(states: States) -> None:
     """The cases run every statement of every engine function (so each plan above is checked):
     the fair claims, the held claim (its short walk, wait_and_pick), release_unstarted and the
     direct calls (queue_vtime's capped query, claim_head's later tenants, claim_wait and
-    wait_and_pick with jobs to pick) between them."""
+    wait_and_pick with jobs to pick, claim_settle's two reads for the earlier release's claim
+    statement) between them. A logged query counts, not a bare expression: claim_fair's `hi`
+    is text of every body that names it, and once made claim_settle's short-reach read look
+    run when nothing ran it."""
     dsn = states.dsn("fresh")
     with psycopg.connect(dsn) as conn:
         sources = function_sources(conn)
