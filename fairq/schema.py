@@ -48,7 +48,7 @@ WEIGHT_CHECK = "weight >= 0.001 AND weight <= 1000"
 
 
 # The newest fairq/sql/ddl/engine_v<N>.sql; each came with a migration.
-ENGINE_VERSION = 12
+ENGINE_VERSION = 13
 
 
 def engine_functions_ddl(schema: str, version: int = 1) -> str:

@@ -10,7 +10,7 @@
 
 -- name: claim_fair
 -- Weighted fair queueing over tenants by virtual time (docs/algorithm.md, "The definition"),
--- run by the versioned function claim_fair (engine_v12.sql), which runs only the steps a claim
+-- run by the versioned function claim_fair (engine_v13.sql), which runs only the steps a claim
 -- needs (a statement holding every step as a CTE started all of them at every claim).
 -- Parameters: by_weight, by_cost (round_robin: false/false; weighted: true/false; drr:
 -- true/true), window (= batch, in virtual time), wait. When it took nothing while holding a

@@ -17,8 +17,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
 import fairq
-from fairq import migrate
+from fairq import App, migrate
 from fairq.config import sqlalchemy_url
+from fairq.policies import get_policy
 from fairq.schema import JOBS_STORAGE, build_metadata
 
 TABLES = {"alembic_version", "jobs", "periodic", "settings", "tenant_schedule", "tenants",
@@ -130,14 +131,41 @@ def test_a_step_back_from_0016_restores_the_enqueue_of_v1(empty_dsn: str) -> Non
 
 def test_a_step_back_from_0017_restores_the_settle_of_engine_v5(empty_dsn: str) -> None:
     """Migration 0017 replaces claim_settle in place (engine_v10.sql); its downgrade puts
-    engine_v5.sql's back, and the upgrade after it v10's again."""
-    migrate.upgrade(empty_dsn, "fairq")
+    engine_v5.sql's back, and the upgrade after it v10's again (0020 replaces it once more)."""
+    migrate.upgrade(empty_dsn, "fairq", "0019")
     assert _function_body(empty_dsn, "claim_settle") == _file_body(10, "claim_settle")
     assert _file_body(10, "claim_settle") != _file_body(5, "claim_settle")
     migrate.downgrade(empty_dsn, "fairq", "0016")
     assert _function_body(empty_dsn, "claim_settle") == _file_body(5, "claim_settle")
-    migrate.upgrade(empty_dsn, "fairq")
+    migrate.upgrade(empty_dsn, "fairq", "0019")
     assert _function_body(empty_dsn, "claim_settle") == _file_body(10, "claim_settle")
+
+
+def test_a_step_back_from_0020_restores_the_claim_and_settle_of_engine_v12_and_v10(
+        empty_dsn: str) -> None:
+    """Migration 0020 replaces claim_fair and claim_settle in place (engine_v13.sql); its
+    downgrade puts engine_v12.sql's claim_fair and engine_v10.sql's claim_settle back, and the
+    upgrade after it v13's again. A fair claim works at each step."""
+    def claims() -> int:
+        with App(empty_dsn, schema="fairq") as app:
+            app.enqueue("mig", tenant="t", queue="mig")
+            return len(app.store.claim(get_policy("weighted"), queue="mig", batch=4, worker="w"))
+
+    migrate.upgrade(empty_dsn, "fairq")
+    new = {n: _file_body(13, n) for n in ("claim_fair", "claim_settle")}
+    old = {"claim_fair": _file_body(12, "claim_fair"), "claim_settle": _file_body(10, "claim_settle")}
+    for n in new:
+        assert new[n] != old[n], n
+        assert _function_body(empty_dsn, n) == new[n], n
+    assert claims() == 1
+    migrate.downgrade(empty_dsn, "fairq", "0019")
+    for n in new:
+        assert _function_body(empty_dsn, n) == old[n], n
+    assert claims() == 1
+    migrate.upgrade(empty_dsn, "fairq")
+    for n in new:
+        assert _function_body(empty_dsn, n) == new[n], n
+    assert claims() == 1
 
 
 def test_upgrade_is_idempotent(empty_dsn: str) -> None:

@@ -881,7 +881,7 @@ def test_guard_trips_without_index_scans(states: States, name: str) -> None:
     assert classify(problems)[1], "the scans must not pass for a catalogued defect"
 
 
-PICK = "claim_fair: SELECT array_agg(p.id)"
+PICK = "claim_fair: ids := ARRAY(SELECT pj.id"  # weighted's pick (engine_v13.sql)
 
 
 def test_guard_trips_on_the_old_fifo_index(states: States) -> None:
@@ -897,7 +897,7 @@ def test_guard_trips_on_the_old_fifo_index(states: States) -> None:
         out = run_case(states.dsn("never_analyzed"), case, mode, setup=setup)
         problems = case_problems(case, mode, out)
         keys = {p.key for p in problems}
-        # claim_fair's pick of a tenant's jobs (engine_v12.sql)
+        # claim_fair's pick of a tenant's jobs (engine_v13.sql)
         pick = [p for p in problems if p.statement.startswith(PICK)]
         assert {"tenant-jobs-index", "tenant-not-in-index-cond", "rows", "filtered"} <= {
             p.rule for p in pick}, (mode, keys)
