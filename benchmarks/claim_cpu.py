@@ -12,7 +12,9 @@ the policies, and reads CPU time from /proc around every round: the claimers' ba
 are medians over the rounds. ``--variant NAME=FILE.sql`` runs a candidate claim_fair (the statement text of
 FILE, with ``{schema}`` and ``%(name)s`` placeholders like fairq/sql/claim.sql) as one more
 policy with weighted's parameters, so a candidate and the current statement meet in the same
-run; ``--setup FILE.sql`` creates what a candidate calls (a new engine function, say) first.
+run; ``--variant NAME=FUNCTION[:POLICY]`` runs claim_fair's statement calling a candidate
+function FUNCTION instead, with POLICY's parameters (weighted's unless named); ``--setup
+FILE.sql`` creates what a candidate calls (a new engine function, say) first.
 ``--uprobes`` (root, Linux perf) also counts, per claim and finish, the backends' calls of
 EvalPlanQualBegin (rows rechecked after a concurrent update) and ExecInitNode (plan nodes
 started): counts, unlike times, do not depend on what else the machine is doing.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -65,14 +68,27 @@ def machine_cpu() -> tuple[int, int]:
 
 
 def add_variant(spec: str) -> str:
-    """Register NAME=FILE.sql as a policy whose contended statement is FILE's text."""
-    name, _, path = spec.partition("=")
-    if not name or not path:
-        raise SystemExit(f"--variant takes NAME=FILE.sql, not {spec!r}")
+    """Register a policy whose contended statement is a candidate: NAME=FILE.sql (FILE's text),
+    or NAME=FUNCTION[:POLICY] (claim.sql's claim_fair statement calling FUNCTION, a candidate's
+    function with claim_fair's parameters, in place of claim_fair; POLICY's values, weighted's
+    unless named)."""
+    name, _, target = spec.partition("=")
+    if not name or not target:
+        raise SystemExit(f"--variant takes NAME=FILE.sql or NAME=FUNCTION[:POLICY], not {spec!r}")
     statement = f"claim_fair_{name}"
     sql.names()  # load the packaged statements first
-    sql._raw()[statement] = sql._compact(statement, Path(path).read_text().strip().rstrip(";"))
-    base = policies.WEIGHTED
+    if target.endswith(".sql"):
+        text, base = Path(target).read_text().strip().rstrip(";"), policies.WEIGHTED
+    else:
+        fn, _, policy = target.partition(":")
+        found = policies.POLICIES.get(policy or "weighted")
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", fn) or found is None \
+                or "by_cost" not in dict(found.params):
+            raise SystemExit(f"--variant {spec!r}: FUNCTION must be a lower-case name and POLICY "
+                             "a fair policy (round_robin, weighted, drr)")
+        text = sql._raw()["claim_fair"].replace("{schema}.claim_fair(", "{schema}." + fn + "(")
+        base = found
+    sql._raw()[statement] = sql._compact(statement, text)
     policies.POLICIES[name] = Policy(name=name, statement=statement, waits=base.waits,
                                      params=base.params)
     return name
@@ -113,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--tenants", type=int, default=1)
     ap.add_argument("--policies", default="fifo,weighted")
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME=FILE.sql")
+    ap.add_argument("--variant", action="append", default=[],
+                    metavar="NAME=FILE.sql|NAME=FUNCTION[:POLICY]")
     ap.add_argument("--setup", action="append", default=[], metavar="FILE.sql",
                     help="DDL run once after the schema is made ({schema}: its quoted name), "
                          "e.g. a candidate engine function a --variant calls")

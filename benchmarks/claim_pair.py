@@ -16,7 +16,9 @@ the first policy, is paired against the machine's drift. It prints, per policy, 
 of a claim (send to rows fetched, commit included) and the median paired difference with its
 95% interval (bootstrap of the median, 2,000 resamples). ``--variant NAME=FILE.sql`` adds a
 policy whose claim is FILE's text (claim_fair's parameters, weighted's values; as in
-claim_cpu.py); ``--setup FILE.sql`` runs FILE in each database after the migrations
+claim_cpu.py), ``--variant NAME=FUNCTION[:POLICY]`` one whose claim is claim_fair's statement
+calling FUNCTION instead (POLICY's values, weighted's unless named); ``--setup FILE.sql`` runs
+FILE in each database after the migrations
 (``{schema}`` = the schema), for a variant that calls a function of its own (the candidates in
 benchmarks/candidates/). tenant_schedule is vacuumed every second, as the worker's maintenance does.
 Statistics are never analyzed.
@@ -115,7 +117,8 @@ def main() -> int:
     ap.add_argument("--shapes", default="1x8000,10x800,4000x2")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--policies", default="fifo,weighted,round_robin,drr")
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME=FILE.sql")
+    ap.add_argument("--variant", action="append", default=[],
+                    metavar="NAME=FILE.sql|NAME=FUNCTION[:POLICY]")
     ap.add_argument("--setup", action="append", default=[], metavar="FILE.sql")
     args = ap.parse_args()
     shapes = [parse_shape(s) for s in args.shapes.split(",") if s]
