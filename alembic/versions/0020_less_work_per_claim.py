@@ -1,8 +1,8 @@
 """the fair claim and its settle do the same steps with less per-execution work
 
 - engine_v13.sql: ``claim_fair`` and ``claim_settle`` replaced in place (same signatures and
-  results). The pick of a tenant's jobs is an ARRAY subquery instead of five aggregates built
-  at every tenant walked; the sleepers' read builds its aggregates only when there are
+  results). The pick of a tenant's jobs is an ARRAY subquery instead of five aggregates, at
+  every tenant walked; the sleepers' read builds its aggregates only when there are
   sleepers; claim_settle locks the rows to retire in one statement, not two, and skips the
   sleepers' wake-up and the suspects' read when a claim has none. Workers of the earlier
   release call the same functions with the same arguments.

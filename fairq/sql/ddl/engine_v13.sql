@@ -4,12 +4,14 @@
 -- Never edit this file once released; a change is a new file and a new migration.
 --
 -- Over tenants with one due job each, a fair claim of 8 walks 8 tenants where fifo's one
--- statement takes 8 jobs, and cost 0.11-0.36 ms more than fifo's. Most of that was start-up
--- work repeated at every execution, not reading: a statement's aggregates are built again each
--- time it runs, and claim_fair's pick of a tenant's jobs aggregated five values per tenant
--- walked; the sleepers' read built four ordered aggregates at every claim, to find none in
--- most; claim_settle ran three statements that a claim with nothing to look into needs none
--- of. Here: the pick is an ARRAY subquery (drr, which needs its jobs' costs, one aggregate);
+-- statement takes 8 jobs, and cost 0.11-0.36 ms more than fifo's (claim_pair.py). Much of
+-- that was a price each statement pays at every execution whatever it reads, and paid once per
+-- tenant walked: claim_fair's pick of a tenant's jobs aggregated them into five values (an
+-- ARRAY subquery of their ids costs about 0.01 ms less a tenant); the sleepers' read built four
+-- ordered aggregates at every claim, nearly always over no row; claim_settle ran four
+-- statements where such a claim needs one (two to find and lock the rows it retires, the
+-- sleepers' wake-up with no sleeper, the suspects' read with none to suspect).
+-- Here: the pick is an ARRAY subquery (drr, which needs its jobs' costs, one aggregate);
 -- the sleepers are locked by an ARRAY subquery and their terms read only when there are any;
 -- claim_settle finds the rows to retire in the statement that locks them, wakes sleepers only
 -- when there are some, and ends on plain expressions when there is nothing to suspect.
@@ -296,10 +298,10 @@ BEGIN
             n := least(t_room, greatest(1.0, coalesce(
                      floor(coalesce(hi - t_vtime, win) * t_w / c) + 1, t_room)))::int;
             -- v13: an ARRAY subquery, not an aggregate. v12 aggregated the picked rows (the
-            -- ids, the units and the last job's key: five aggregates), and a plan's aggregate
-            -- is built again at every execution, so every tenant walked paid for it (about
-            -- 0.01 ms a tenant). Each job counts 1, so the units are the count; drr sums its
-            -- jobs' costs with one aggregate. The check below reads the last job's key by id.
+            -- ids, the units and the last job's key: five aggregates), at every tenant walked;
+            -- the ARRAY costs about 0.01 ms less a tenant (claim_pair.py). Each job counts 1,
+            -- so the units are the count; drr sums its jobs' costs with one aggregate. The
+            -- check below reads the last job's key by id.
             IF by_cost THEN
                 SELECT coalesce(array_agg(p.id), '{}'), sum(p.cost) INTO ids, units
                 FROM (SELECT pj.id, pj.cost FROM {schema}.jobs pj
