@@ -86,7 +86,10 @@ def add_variant(spec: str) -> str:
                 or "by_cost" not in dict(found.params):
             raise SystemExit(f"--variant {spec!r}: FUNCTION must be a lower-case name and POLICY "
                              "a fair policy (round_robin, weighted, drr)")
-        text = sql._raw()["claim_fair"].replace("{schema}.claim_fair(", "{schema}." + fn + "(")
+        call = "{schema}.claim_fair("
+        if call not in sql._raw()["claim_fair"]:  # else the "candidate" would be claim_fair
+            raise SystemExit(f"--variant {spec!r}: claim.sql's claim_fair no longer calls {call}")
+        text = sql._raw()["claim_fair"].replace(call, "{schema}." + fn + "(")
         base = found
     sql._raw()[statement] = sql._compact(statement, text)
     policies.POLICIES[name] = Policy(name=name, statement=statement, waits=base.waits,
