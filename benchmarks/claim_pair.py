@@ -19,7 +19,8 @@ policy whose claim is FILE's text (claim_fair's parameters, weighted's values; a
 claim_cpu.py), ``--variant NAME=FUNCTION[:POLICY]`` one whose claim is claim_fair's statement
 calling FUNCTION instead (POLICY's values, weighted's unless named); ``--setup FILE.sql`` runs
 FILE in each database after the migrations
-(``{schema}`` = the schema), for a variant that calls a function of its own. tenant_schedule is vacuumed every second, as the worker's maintenance does.
+(``{schema}`` = the schema), for a variant that calls a function of its own. tenant_schedule is
+vacuumed every second, as the worker's maintenance does.
 Statistics are never analyzed.
 """
 
