@@ -10,6 +10,9 @@ Every ```python block is checked, each as its own module, all in one mypy run. A
   application the example uses (an engine, a table);
 * follow ``<!-- not checked: why -->``: skipped. Keep these rare: a shell session shown as
   Python, say.
+
+The same run checks two snippets of its own: the API's types (``assert_type``), and a misspelt
+keyword that must be an error.
 """
 
 from __future__ import annotations
@@ -41,6 +44,33 @@ def send_report(job: fairq.Job) -> None: ...
 
 
 send_report.enqueue(tenant="acme", payload={"report": 7}, dealy=60)
+'''
+
+# What the API promises a type checker, beyond the docs: each line fails if a type turns to Any.
+TYPED_API = '''from collections.abc import Coroutine
+from typing import Any, assert_type
+
+import fairq
+
+app = fairq.App()
+
+
+@app.periodic(cron="0 2 * * *", tenant="acme")
+@app.task(queue="reports")
+def nightly(job: fairq.Job) -> dict[str, int]:
+    return {"pages": job.attempt}
+
+
+@app.task
+async def notify(job: fairq.Job) -> None: ...
+
+
+assert_type(nightly, fairq.Task[dict[str, int]])
+assert_type(notify, fairq.Task[Coroutine[Any, Any, None]])
+assert_type(app.periodic(notify, cron="* * * * *", tenant="globex"), fairq.Task[Coroutine[Any, Any, None]])
+assert_type(nightly.enqueue(tenant="acme", delay=60), int)
+assert_type(nightly.enqueue_many([("acme", {}), ("globex", {}, "key-1")]), list[int])
+assert_type(app.job(1), fairq.JobInfo | None)
 '''
 
 
@@ -142,12 +172,16 @@ def test_the_docs_python_examples_type_check(tmp_path: Path) -> None:
     checked = modules(all_blocks)
     files = {name: "\n".join(m.lines) + "\n" for name, m in checked.items()}
     files["negative_misspelt_keyword.py"] = MISSPELT
+    files["typed_api.py"] = TYPED_API
     out = run_mypy(tmp_path, files)
 
     errors = [m for m in ERROR.finditer(out)]
     misspelt = [m for m in errors if m["file"] == "negative_misspelt_keyword.py"]
     assert any('"dealy"' in m["message"] and m["line"] == "10" for m in misspelt), (
         "mypy let `enqueue(..., dealy=60)` through: the task's enqueue is not typed\n" + out)
+
+    typed = [f"typed_api.py:{m['line']}: {m['message']}" for m in errors if m["file"] == "typed_api.py"]
+    assert not typed, "the API lost its types:\n" + "\n".join(typed)
 
     problems = []
     for m in errors:
