@@ -68,6 +68,11 @@ def upgrade_sql(schema: str | None = None, revision: str = "head",
     return buffer.getvalue()
 
 
+def head() -> str:
+    """The revision this fairq's migrations end at: the one its statements expect a schema at."""
+    return _script().get_current_head() or "base"
+
+
 def _script(schema: str | None = None) -> ScriptDirectory:
     return ScriptDirectory.from_config(_config(None, resolve_schema(schema)))
 

@@ -36,10 +36,30 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
+class VersionAction(argparse.Action):
+    """``--version``: fairq's version and the schema revision it expects. The revision is read
+    from the migrations shipped with this fairq, when asked (loading them costs a little)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default,
+                         help=help or "print fairq's version and the schema revision it expects")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(version_line())
+        parser.exit()
+
+
+def version_line() -> str:
+    """``fairq 0.1.0 (schema revision 0001)``."""
+    from fairq import __version__, migrate
+
+    return f"fairq {__version__} (schema revision {migrate.head()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser: global options plus every available command group."""
-    from fairq import __version__
-
     common = Parser(add_help=False)
     add_connection_options(common)
     parser = Parser(
@@ -49,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 success, 2 usage or bad input, 1 anything else. "
         "FAIRQ_DEBUG=1 shows tracebacks.",
     )
-    parser.add_argument("--version", action="version", version=f"fairq {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in COMMANDS:
@@ -78,4 +98,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report_error(args, exc)
 
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main", "version_line"]

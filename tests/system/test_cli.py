@@ -45,11 +45,37 @@ def test_help_lists_the_commands_and_exits_0(capsys: pytest.CaptureFixture[str])
         assert name in out
 
 
+def _newest_migration() -> str:
+    """The revision no migration names as its down_revision, read from the files themselves."""
+    import re
+
+    from fairq.migrate import migrations_dir
+
+    revisions, downs = set(), set()
+    for script in (migrations_dir() / "versions").glob("*.py"):
+        text = script.read_text()
+        revisions |= set(re.findall(r"^revision\s*=\s*[\"'](\w+)[\"']", text, re.M))
+        downs |= set(re.findall(r"^down_revision\s*=\s*[\"'](\w+)[\"']", text, re.M))
+    (head,) = revisions - downs
+    return head
+
+
 def test_python_dash_m_fairq_is_the_same_command() -> None:
     proc = subprocess.run([sys.executable, "-m", "fairq", "--version"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
-    assert proc.stdout.strip() == f"fairq {fairq.__version__}"
+    assert proc.stdout.strip() == f"fairq {fairq.__version__} (schema revision {_newest_migration()})"
+
+
+def test_version_is_written_once() -> None:
+    """The package's metadata (pyproject.toml) reads the version fairq.__version__ holds."""
+    import tomllib
+    from importlib.metadata import version
+
+    assert fairq.__version__ == version("fairq")
+    pyproject = tomllib.loads((Path(fairq.__file__).parents[1] / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"]
+    assert "version" in pyproject["project"]["dynamic"]
 
 
 def _commands() -> list[str]:

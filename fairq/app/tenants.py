@@ -1,0 +1,131 @@
+"""Tenant and group settings from Python (``app.tenants``, ``app.groups``): weights, caps, rate
+limits and groups, effective from the next claim."""
+
+from __future__ import annotations
+
+import builtins
+import enum
+from typing import TYPE_CHECKING, Any
+
+from fairq import validation as v
+from fairq.errors import InvalidInput
+from fairq.models import GroupConfig, TenantConfig
+
+if TYPE_CHECKING:
+    from fairq.app.application import App
+
+
+class _Keep(enum.Enum):
+    """The default of a setting ``tenants.set`` leaves as it is (None means "no limit" there)."""
+
+    KEEP = "keep"
+
+
+KEEP = _Keep.KEEP
+
+
+class Tenants:
+    """Operators' side: weights and caps, effective from the next claim (no restart)."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    def set(self, tenant: str, *, weight: float | None = None,
+            max_running: int | None = None, rate: float | _Keep | None = KEEP,
+            burst: int | _Keep | None = KEEP, group: str | _Keep | None = KEEP) -> TenantConfig:
+        """Set a tenant's weight, cap and/or rate limit; unset fields keep their current value.
+
+        ``rate`` is jobs started per second in each queue (``rate=None`` removes the limit) and
+        ``burst`` how many may start at once after idling (default: one second's worth).
+        ``group`` is a group made with ``app.groups.set`` (None: the group 'default').
+        """
+        v.name("tenant", tenant)
+        new_weight = v.weight(weight) if weight is not None else None  # checked before any query
+        new_cap = v.max_running(max_running) if max_running is not None else None
+        if rate is not KEEP and rate is not None:
+            v.rate(rate)
+        if burst is not KEEP and burst is not None:
+            v.burst(burst)
+        if group is not KEEP and group is not None:
+            v.name("group", group)
+            if group not in {g.name for g in self._app.store.list_groups()}:
+                raise InvalidInput(f"unknown group {group!r}: create it with groups.set first")
+        current = self._app.store.get_tenant(tenant)
+        new_rate = current.rate if rate is KEEP else rate
+        if burst is not KEEP:
+            new_burst = burst
+        elif new_rate is None or current.rate is None:
+            new_burst = None  # none without a rate; the default for a first rate
+        else:
+            new_burst = current.burst  # a new rate keeps the bucket's size
+        new_rate, new_burst = v.rate_limit(new_rate, new_burst)
+        new = TenantConfig(
+            tenant,
+            new_weight if new_weight is not None else current.weight,
+            new_cap if new_cap is not None else current.max_running,
+            rate=new_rate, burst=new_burst,
+            group=current.group if group is KEEP else group,
+        )
+        self._app.store.set_tenants([new])
+        return new
+
+    def get(self, tenant: str) -> TenantConfig:
+        return self._app.store.get_tenant(v.name("tenant", tenant))
+
+    def list(self) -> list[TenantConfig]:
+        return self._app.store.list_tenants()
+
+    def reset(self, tenant: str) -> bool:
+        """Drop the tenant's own weight and cap (the defaults apply from the next claim), as
+        removing it from a tenants file does not. Returns whether it had settings of its own."""
+        from fairq import ops
+
+        return ops.reset_tenant(self._app.store, tenant)
+
+    def delete(self, tenant: str) -> bool:
+        """Forget the tenant (settings and schedule); ``InvalidInput`` while it has queued or
+        running jobs. Returns whether fairq knew it."""
+        from fairq import ops
+
+        return ops.delete_tenant(self._app.store, tenant)
+
+    async def get_async(self, tenant: str, *, connection: Any = None) -> TenantConfig:
+        return await self._app.astore.get_tenant(v.name("tenant", tenant), connection=connection)
+
+    async def list_async(self, *, connection: Any = None) -> builtins.list[TenantConfig]:
+        return await self._app.astore.list_tenants(connection=connection)
+
+    def apply(self, source: str | Any) -> builtins.list[TenantConfig]:
+        """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing.
+        Without a ``[defaults]`` table the defaults stay as they are."""
+        from fairq.tenant_config import load_tenant_file_with_groups
+
+        load_tenant_file_with_groups(source)  # a bad file: refused before any query
+        defaults, tenants, groups = load_tenant_file_with_groups(
+            source, self._app.store.get_tenant_defaults())
+        self._app.store.set_tenants(tenants, defaults=defaults, groups=groups)
+        return tenants
+
+
+class Groups:
+    """Tenant groups: a group's share follows its weight among the groups with runnable work,
+    and its tenants share it by their own weights (docs/algorithm.md, "Tenant groups")."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    def set(self, group: str, *, weight: float) -> GroupConfig:
+        """Create a group or change its weight; every queue's next claim uses it."""
+        new = GroupConfig(v.name("group", group), v.weight(weight))
+        self._app.store.set_group(new)
+        return new
+
+    def get(self, group: str) -> GroupConfig:
+        v.name("group", group)
+        for g in self._app.store.list_groups():
+            if g.name == group:
+                return g
+        raise InvalidInput(f"unknown group {group!r}")
+
+    def list(self) -> list[GroupConfig]:
+        return self._app.store.list_groups()
