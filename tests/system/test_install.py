@@ -18,7 +18,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from support.paths import REPO
+
+from tests.support.paths import REPO
 
 ROOT = REPO
 IGNORE = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__",
