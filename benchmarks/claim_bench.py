@@ -1,6 +1,6 @@
 """Fair claim throughput against fifo, in the same run, same batch size, same claimers.
 
-    python benchmarks/claim_bench.py [--quick] [--private-cluster] [--dsn URL] [--json FILE]
+    python -m benchmarks.claim_bench [--quick] [--private-cluster] [--dsn URL] [--json FILE]
 
 N claimer threads, each with its own connection (a ``Store`` with one pooled connection and
 psycopg's default auto-prepare), claim and ``finish_done`` like a worker. Every tenant count
@@ -43,8 +43,6 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import claim_plans as cp
 from fairq import migrate

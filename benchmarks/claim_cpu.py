@@ -1,6 +1,6 @@
 """Where a claim's CPU goes: per 1,000 jobs, the claimers' backends, the Python process, the machine.
 
-    python benchmarks/claim_cpu.py [--tenants 1] [--policies fifo,weighted] [--repeats 10]
+    python -m benchmarks.claim_cpu [--tenants 1] [--policies fifo,weighted] [--repeats 10]
                                    [--variant NAME=FILE.sql ...] [--setup FILE.sql ...]
                                    [--vacuum-jobs SECONDS] [--uprobes]
 
@@ -36,8 +36,6 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import claim_bench as cb
 from benchmarks import claim_plans as cp

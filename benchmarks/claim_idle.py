@@ -1,6 +1,6 @@
 """What a worker's poll of a queue with nothing due costs, per policy: statements and time.
 
-    python benchmarks/claim_idle.py [--polls 2000] [--rounds 3]
+    python -m benchmarks.claim_idle [--polls 2000] [--rounds 3]
 
 A worker polls its queues when notified and every poll interval; most polls of a quiet queue
 find nothing. The queue here holds one tenant whose only job is an hour away (an idle tenant
@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import claim_plans as cp
 from benchmarks.claim_bench import CountingStore

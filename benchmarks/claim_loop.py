@@ -1,8 +1,8 @@
 """One drain-matrix shape drained by one thread, no worker: where a claim's time goes, per policy.
 
-    .venv/bin/python benchmarks/claim_loop.py [--shape singletons] [--scale 2.0] [--batch 8]
+    .venv/bin/python -m benchmarks.claim_loop [--shape singletons] [--scale 2.0] [--batch 8]
         [--policies fifo,weighted,fifo,weighted] [--vacuum-every 1.0] [--dsn URL]
-    .venv/bin/python benchmarks/claim_loop.py --policies weighted@0012,weighted,...
+    .venv/bin/python -m benchmarks.claim_loop --policies weighted@0012,weighted,...
 
 drain_matrix.py measures the drain through real worker processes, where the claim, the finish,
 the worker's threads and the machine all move the figure. This takes the worker away: for each
@@ -22,22 +22,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import psycopg
 from psycopg.rows import dict_row
-from support.db import create_database, drop_database, dsn_for_db
 
 from benchmarks import claim_cpu as cc
 from benchmarks import drain_matrix as dm
 from fairq import migrate, sql
 from fairq.policies import get_policy
+from tests.support.db import create_database, drop_database, dsn_for_db
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 

@@ -1,6 +1,6 @@
 """One claim's price per policy, paired: every policy claims in turn from its own copy of a shape.
 
-    .venv/bin/python benchmarks/claim_pair.py [--shapes 1x8000,10x800,4000x2] [--batch 8]
+    .venv/bin/python -m benchmarks.claim_pair [--shapes 1x8000,10x800,4000x2] [--batch 8]
         [--policies fifo,weighted,round_robin,drr] [--variant NAME=FILE.sql ...]
         [--setup FILE.sql ...] [--dsn URL]
 
@@ -29,21 +29,17 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
 import psycopg
 from psycopg import sql as pgsql
-from support.db import create_database, drop_database, dsn_for_db
 
 from benchmarks import claim_cpu as cc
 from benchmarks import drain_matrix as dm
 from fairq import migrate
 from fairq.policies import get_policy
+from tests.support.db import create_database, drop_database, dsn_for_db
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 

@@ -1,6 +1,6 @@
 """Python CPU of one claim statement: psycopg's %(name)s path against the store's positional one.
 
-    python benchmarks/claim_parse.py [--schemas fairq,ssss...] [--rounds 6] [--claims 1000]
+    python -m benchmarks.claim_parse [--schemas fairq,ssss...] [--rounds 6] [--claims 1000]
 
 psycopg caches its parse of a query's placeholders only for texts up to 4,096 bytes; claim_fair
 is near that with the default schema and past it with a longer schema name. This executes
@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import claim_plans as cp
 from fairq import migrate, sql

@@ -4,7 +4,7 @@ the very statement psycopg prepares, and a summary of what each plan touched.
 Shared by ``tests/integration/test_claim_plans.py`` (the guard) and ``benchmarks/claim_bench.py``; run it
 directly to print the summaries (and, with ``--json``, the raw plans) for one database size:
 
-    python benchmarks/claim_plans.py --tenants 100000 --finished 200000 [--dsn URL]
+    python -m benchmarks.claim_plans --tenants 100000 --finished 200000 [--dsn URL]
 
 Why EXPLAIN EXECUTE of a prepared statement rather than EXPLAIN of the text: EXPLAIN of a
 statement sent with bound parameters is always planned with the values known (a custom plan),

@@ -1,10 +1,10 @@
 """End-to-end drain matrix: every policy on seven tenant shapes, real `fairq worker` processes.
 
-    .venv/bin/python benchmarks/drain_matrix.py [--scale 1.0] [--repeats 1] \\
+    .venv/bin/python -m benchmarks.drain_matrix [--scale 1.0] [--repeats 1] \\
         [--shapes whale_first,whale_singletons,equal10,singletons,capped_whale,delayed_due,arrivals] \\
         [--policies fifo,round_robin,weighted,drr] [--concurrency 8] [--json PATH]
 
-Quick check: ``.venv/bin/python benchmarks/drain_matrix.py --scale 0.2``.
+Quick check: ``.venv/bin/python -m benchmarks.drain_matrix --scale 0.2``.
 
 Each (shape, policy, repeat) gets a FRESH database (migrated, nothing else), and nothing here ever
 runs ANALYZE: the planner sees tables whose statistics were never gathered, as a new install
@@ -482,9 +482,9 @@ def run_once(admin: str, shape: str, policy: str, args: argparse.Namespace) -> d
 def _run_once(admin: str, shape: str, policy: str, args: argparse.Namespace,
               logf: Any) -> dict[str, Any]:
     import psycopg
-    from support.db import create_database, drop_database, dsn_for_db
 
     from fairq import migrate
+    from tests.support.db import create_database, drop_database, dsn_for_db
 
     plan = make_plan(shape, args.scale)
     name = create_database(admin, "fairq_drainmatrix")
@@ -505,7 +505,7 @@ def _run_once(admin: str, shape: str, policy: str, args: argparse.Namespace,
                "--metrics-port", str(port)]
         # All tenants' metric series folded into one: a scrape stays small (a few KB, not 90),
         # so sampling it ten times a second costs the worker little.
-        env = {"FAIRQ_METRICS_MAX_TENANTS": "0", **os.environ, "PYTHONPATH": str(REPO)}
+        env = {"FAIRQ_METRICS_MAX_TENANTS": "0", **os.environ}
         conn = psycopg.connect(dsn, autocommit=True)
         try:
             if args.statements:  # the drain's statements only, not the enqueue's
@@ -1065,11 +1065,9 @@ def main() -> int:
         p.error(f"unknown shape/policy {bad} (shapes: {', '.join(SHAPES)}; "
                 f"policies: {', '.join(POLICIES)}), or bad --scale/--repeats")
 
-    sys.path.insert(0, str(REPO / "tests"))  # tests/support: create_database / drop_database
-
     cluster = None
     if args.statements:
-        from support import pgcluster
+        from tests.support import pgcluster
 
         cluster = pgcluster.start(Path(tempfile.mkdtemp(prefix="drain_matrix-")), options={
             "shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "all",

@@ -1,6 +1,6 @@
 """No-op drain and bulk enqueue: fairq worker processes against PgQueuer, in one run.
 
-    .venv/bin/python benchmarks/drain_vs_peers.py [--jobs 20000] [--repeats 2] [--policies fifo,weighted]
+    .venv/bin/python -m benchmarks.drain_vs_peers [--jobs 20000] [--repeats 2] [--policies fifo,weighted]
 
 fairq runs once per policy in ``--policies`` (default ``fifo``, the baseline, and ``weighted``,
 fairq's default policy), every policy on the same configurations; tenant defaults are weight 1
@@ -36,18 +36,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
+import fairq
+from fairq import migrate
+from fairq.bench.peers import pgqueuer_bench
+from fairq.policies import POLICIES
+from tests.support.db import create_database, drop_database, dsn_for_db
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
-
-import psycopg  # noqa: E402
-from support.db import create_database, drop_database, dsn_for_db  # noqa: E402
-
-import fairq  # noqa: E402
-from benchmarks.peers import pgqueuer_bench  # noqa: E402
-from fairq import migrate  # noqa: E402
-from fairq.policies import POLICIES  # noqa: E402
-
 CONFIGS = {
     "defaults": {"processes": 1, "fairq": {"concurrency": 8, "batch": None}, "pgq_batch": 10},
     "batch32": {"processes": 2, "fairq": {"concurrency": 32, "batch": 32}, "pgq_batch": 32},
@@ -67,12 +64,11 @@ def fairq_round(admin: str, jobs: int, cfg: dict[str, Any], policy: str = "fifo"
             t0 = time.perf_counter()
             app.enqueue_many("noop", items)
             enqueue_s = time.perf_counter() - t0
-        args = [sys.executable, str(REPO / "tests/support/worker_proc.py"), dsn, "--until-empty",
+        args = [sys.executable, "-m", "tests.support.worker_proc", dsn, "--until-empty",
                 "--policy", policy, "--concurrency", str(cfg["fairq"]["concurrency"])]
         if cfg["fairq"]["batch"]:
             args += ["--batch", str(cfg["fairq"]["batch"])]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
                  for _ in range(cfg["processes"])]
         for p in procs:
             p.communicate(timeout=600)

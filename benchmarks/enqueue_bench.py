@@ -1,7 +1,7 @@
 """Bulk enqueue throughput: ``App.enqueue_many`` of 10,000 jobs over 100 tenants, in a fresh
 database (created and dropped here), a few rounds; prints each round and the median jobs/s.
 
-    .venv/bin/python benchmarks/enqueue_bench.py [--dsn ADMIN_DSN] [--rounds 7] [--jobs 10000]
+    .venv/bin/python -m benchmarks.enqueue_bench [--dsn ADMIN_DSN] [--rounds 7] [--jobs 10000]
 """
 
 from __future__ import annotations

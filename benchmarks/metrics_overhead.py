@@ -2,7 +2,7 @@
 PrometheusObserver (scraped every second, as in production) and without it, alternating rounds
 in one run so drift in the machine or the database hits both sides alike.
 
-    python benchmarks/metrics_overhead.py [--dsn URL] [--rounds 10] [--jobs-per-round 2000]
+    python -m benchmarks.metrics_overhead [--dsn URL] [--rounds 10] [--jobs-per-round 2000]
 
 The database is a fresh one created next to ``--dsn`` (default ``$FAIRQ_DATABASE_URL`` or the
 local test server) and dropped afterwards. Prints per-round throughput, the median of each side

@@ -1,6 +1,6 @@
 """Row writes on tenant_schedule per job: one-job tenants drained by one claimer, fifo vs weighted.
 
-    .venv/bin/python benchmarks/schedule_writes.py [--tenants 2000] [--batch 8]
+    .venv/bin/python -m benchmarks.schedule_writes [--tenants 2000] [--batch 8]
 
 Each policy gets a fresh database (migrated to head) with ``--tenants`` tenants of one job each,
 then claims and finishes until the queue is empty. The figure is the change of

@@ -1,7 +1,7 @@
 """Soak: many jobs over many tenants through several worker processes, watched over time.
 
-    python benchmarks/soak.py --jobs 1000000 --tenants 10000 --workers 3
-    python benchmarks/soak.py --jobs 100000 --tenants 10000 --workers 3   # scaled
+    python -m benchmarks.soak --jobs 1000000 --tenants 10000 --workers 3
+    python -m benchmarks.soak --jobs 100000 --tenants 10000 --workers 3   # scaled
 
 A producer keeps a bounded backlog (enqueue_many in chunks), worker processes (this script with
 ``--worker``) run no-op jobs with the pruner on, and every ``--sample`` seconds the script
@@ -85,10 +85,9 @@ def main() -> int:
     admin = os.environ.get("FAIRQ_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
     cluster = None
     if a.private:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
         import tempfile
 
-        from support import pgcluster
+        from tests.support import pgcluster
 
         cluster = pgcluster.start(Path(tempfile.mkdtemp(prefix="fq-soak-")),
                                   options={"autovacuum": "on", "max_connections": "100"})
@@ -126,7 +125,7 @@ def main() -> int:
         producer.start()
         for _ in range(a.workers):
             procs.append(subprocess.Popen(
-                [sys.executable, __file__, "--worker", "--dsn", dsn, "--concurrency",
+                [sys.executable, "-m", "benchmarks.soak", "--worker", "--dsn", dsn, "--concurrency",
                  str(a.concurrency), "--prune-after", str(a.prune_after)]))
         t0 = time.monotonic()
         done_total = 0

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.db import SCHEMA, create_database, drop_database, dsn_for_db
 
 from fairq import migrate
 from fairq.store import Store
+from tests.support.db import SCHEMA, create_database, drop_database, dsn_for_db
 
-pytest_plugins = ("support.skip_summary",)  # the run ends with what it skipped and how to install it
+pytest_plugins = ("tests.support.skip_summary",)  # the run ends with what it skipped and how to install it
 
 
 @pytest.fixture(scope="session")

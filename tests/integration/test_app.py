@@ -9,12 +9,12 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
-from support.fairtools import sql_rows
 
 import fairq
 from fairq.config import sqlalchemy_url
 from fairq.observe import NullObserver
 from fairq.validation import MAX_PAYLOAD_BYTES
+from tests.support.fairtools import sql_rows
 
 
 class Recorder(NullObserver):

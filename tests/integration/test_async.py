@@ -11,10 +11,10 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
-from support.fairtools import sql_rows
 
 import fairq
 from fairq.config import sqlalchemy_url
+from tests.support.fairtools import sql_rows
 
 
 def counts(dsn: str) -> tuple[int, int]:

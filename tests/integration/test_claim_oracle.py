@@ -44,12 +44,12 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from support.db import SCHEMA, create_database, drop_database, dsn_for_db
-from support.fairtools import keep_pristine_copy, restore_pristine
 
 from fairq.models import ClaimedJob, NewJob, TenantConfig
 from fairq.policies import get_policy
 from fairq.store import Store
+from tests.support.db import SCHEMA, create_database, drop_database, dsn_for_db
+from tests.support.fairtools import keep_pristine_copy, restore_pristine
 
 TENANTS = ["a", "b", "c", "d", "e"]
 DEFAULTS = (1.0, 3)         # weight, max_running of tenants never configured

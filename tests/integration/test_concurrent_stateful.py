@@ -29,11 +29,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
-from support.db import SCHEMA
 
 from fairq.models import ClaimedJob, GroupConfig, NewJob, TenantConfig
 from fairq.policies import get_policy
 from fairq.store import Store
+from tests.support.db import SCHEMA
 
 TENANTS = ["a", "b", "c", "d"]
 POLICIES = st.sampled_from(["fifo", "round_robin", "weighted", "drr"])

@@ -8,12 +8,12 @@ import time
 from typing import Any
 
 import pytest
-from support.fairtools import counts, drain_concurrently, fill, running_mismatch, sql_rows
 
 from fairq.models import NewJob, TenantConfig
 from fairq.policies import get_policy
 from fairq.policies.fairness import jain_index
 from fairq.store import Store
+from tests.support.fairtools import counts, drain_concurrently, fill, running_mismatch, sql_rows
 
 FAIR = ["round_robin", "weighted", "drr"]
 ALL = ["fifo", *FAIR]

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from support import pgcluster
-from support.observability import fetch, promtool_check, samples
 
 from fairq.metrics import OTHER, PrometheusObserver, all_of, db_check, serve
 from fairq.models import ClaimedJob
+from tests.support import pgcluster
+from tests.support.observability import fetch, promtool_check, samples
 
 TENANT_FAMILIES = ("fairq_jobs_enqueued", "fairq_jobs_claimed", "fairq_jobs_finished",
                    "fairq_job_wait_seconds", "fairq_job_run_seconds")

@@ -8,13 +8,13 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from support import pgcluster
-from support.observability import enqueue, promtool_check, samples
 
 from fairq import migrate
 from fairq.policies import get_policy
 from fairq.probe import PGSS, SAMPLED, ClaimProbe, statement_prefix
 from fairq.store import Store
+from tests.support import pgcluster
+from tests.support.observability import enqueue, promtool_check, samples
 
 
 def registry_for(probe: ClaimProbe) -> CollectorRegistry:

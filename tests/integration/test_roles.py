@@ -16,12 +16,12 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from support.fault_tools import private_cluster, sql
 
 import fairq
 from fairq.cli import main
 from fairq.policies import get_policy
 from fairq.store import Store
+from tests.support.fault_tools import private_cluster, sql
 
 ROLES = ("fq_owner", "fq_worker", "fq_producer", "fq_monitor")
 

@@ -6,11 +6,11 @@ import time
 
 import psycopg
 import pytest
-from support.fairtools import fill, sql_rows
 
 from fairq.maintenance import ScheduleVacuum
 from fairq.policies import get_policy
 from fairq.store import Store
+from tests.support.fairtools import fill, sql_rows
 
 
 def vacuum_stats(dsn: str) -> tuple[int, object]:

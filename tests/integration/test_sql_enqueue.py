@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict
-from support.fairtools import sql_rows
-from support.paths import REPO
 
 import fairq
 from fairq import validation as v
+from tests.support.fairtools import sql_rows
+from tests.support.paths import REPO
 
 NODE_DIR = REPO / "tests" / "node"
 

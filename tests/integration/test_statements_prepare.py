@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from support.db import create_database, drop_database, dsn_for_db
 
 from fairq import sql
+from tests.support.db import create_database, drop_database, dsn_for_db
 
 SCHEMA = "fairq"
 # Utility statements cannot be prepared; each is run by its own test (maintenance, roles, demo).

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from support.observability import enqueue
 
 from fairq.policies import get_policy
 from fairq.store import Store
 from fairq.store.monitor import MonitorSession, ping, tenant_stats
+from tests.support.observability import enqueue
 
 
 @pytest.fixture

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from support.fault_tools import (
+
+import fairq
+from tests.support.fault_tools import (
     check_final_state,
     executions,
     migrated_db,
@@ -26,8 +28,6 @@ from support.fault_tools import (
     stop_worker,
     worker_stderr,
 )
-
-import fairq
 
 SLOW = os.environ.get("FAIRQ_SLOW") == "1"
 JOBS = int(os.environ.get("FAIRQ_CHAOS_JOBS", 10000 if SLOW else 3000))

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.fault_tools import check_final_state, executions, spawn_worker, sql, stop_worker, wait_for
 
 import fairq
+from tests.support.fault_tools import check_final_state, executions, spawn_worker, sql, stop_worker, wait_for
 
 
 @pytest.mark.parametrize("skew", [0, 3600, -3600])

@@ -8,11 +8,11 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from support.fairtools import fill, sql_rows
 
 import fairq
 from fairq.policies import get_policy
 from fairq.store import Store
+from tests.support.fairtools import fill, sql_rows
 
 SCHEMA = "fairq"
 

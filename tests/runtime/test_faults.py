@@ -17,7 +17,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from support.fault_tools import (
+
+import fairq
+from tests.support.fault_tools import (
     check_final_state,
     executions,
     migrated_db,
@@ -29,8 +31,6 @@ from support.fault_tools import (
     stop_worker,
     wait_for,
 )
-
-import fairq
 
 
 def done_count(dsn: str, ids: list[int]) -> int:

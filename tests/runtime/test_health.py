@@ -14,11 +14,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from support.fault_tools import migrated_db, private_cluster, restart, wait_for
 
 import fairq
 from fairq.errors import InvalidInput
 from fairq.metrics import PrometheusObserver, serve, start_worker_metrics
+from tests.support.fault_tools import migrated_db, private_cluster, restart, wait_for
 
 
 def status(url: str) -> int:

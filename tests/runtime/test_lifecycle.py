@@ -16,13 +16,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from support.paths import REPO, SUPPORT
 
 import fairq
 from fairq.maintenance import DueWaker, MaintenanceSchedule, Pruner, Reaper
 from fairq.observe import NullObserver
 from fairq.policies import get_policy
 from fairq.store import Store
+from tests.support.paths import REPO, SUPPORT
 
 SCHEMA = "fairq"
 WORKER_PROC = SUPPORT / "worker_proc.py"

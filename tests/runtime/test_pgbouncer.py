@@ -22,10 +22,10 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from support import pgcluster
-from support.fault_tools import check_final_state, sql, wait_for
 
 import fairq
+from tests.support import pgcluster
+from tests.support.fault_tools import check_final_state, sql, wait_for
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 pytestmark = pytest.mark.skipif(not os.path.exists(PGBOUNCER),

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fairtools import fill, running_mismatch, sql_rows
-from support.paths import REPO, SUPPORT
 
 import fairq
 from fairq.cli import main
@@ -26,6 +24,8 @@ from fairq.errors import InvalidInput
 from fairq.policies import get_policy
 from fairq.store import Store
 from fairq.tenant_config import load_tenant_file
+from tests.support.fairtools import fill, running_mismatch, sql_rows
+from tests.support.paths import REPO, SUPPORT
 
 WEIGHTED = get_policy("weighted")
 WORKER = SUPPORT / "worker_proc.py"

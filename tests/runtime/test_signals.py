@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from support.paths import REPO, SUPPORT
+
+from tests.support.paths import REPO, SUPPORT
 
 CHILD = SUPPORT / "signal_proc.py"
 

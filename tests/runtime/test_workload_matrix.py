@@ -27,12 +27,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from support.db import SCHEMA, create_database, drop_database, dsn_for_db
-from support.fairtools import keep_pristine_copy, restore_pristine
-from support.paths import REPO
 
 from fairq.models import NewJob, TenantConfig
 from fairq.store import Store
+from tests.support.db import SCHEMA, create_database, drop_database, dsn_for_db
+from tests.support.fairtools import keep_pristine_copy, restore_pristine
+from tests.support.paths import REPO
 
 FAIRQ = Path(sys.executable).with_name("fairq")
 POLICIES = ["fifo", "round_robin", "weighted", "drr"]

@@ -17,8 +17,8 @@ from typing import Any
 
 import psycopg
 
-from support import pgcluster
-from support.paths import REPO, SUPPORT
+from tests.support import pgcluster
+from tests.support.paths import REPO, SUPPORT
 
 FAULT_WORKER = SUPPORT / "fault_worker.py"
 
@@ -151,7 +151,7 @@ def private_cluster(tmp_path: Path, **options: str) -> Iterator[list[pgcluster.C
 
 def migrated_db(cluster: pgcluster.Cluster, name: str = "fq") -> str:
     from fairq import migrate
-    from support.db import dsn_for_db
+    from tests.support.db import dsn_for_db
 
     sql(cluster.dsn, f'CREATE DATABASE "{name}"')
     dsn = dsn_for_db(cluster.dsn, name)

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fairq.models import NewJob
 from fairq.store import Store
-from support.paths import REPO
+from tests.support.paths import REPO
 
 DASHBOARDS = REPO / "dashboards"
 ALERTS = DASHBOARDS / "alerts.yml"

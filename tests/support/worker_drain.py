@@ -1,6 +1,6 @@
 """No-op drain throughput of one worker process, for comparing with peers.
 
-Usage: .venv/bin/python tests/support/worker_drain.py CONCURRENCY [JOBS] [POLICY]
+Usage: .venv/bin/python -m tests.support.worker_drain CONCURRENCY [JOBS] [POLICY]
 Creates a scratch database on $FAIRQ_TEST_DSN's server (dropped afterwards), enqueues JOBS
 no-op jobs over 10 tenants, runs ``worker_proc.py --until-empty`` and prints jobs/s.
 """
@@ -14,8 +14,8 @@ import time
 
 import fairq
 from fairq import migrate
-from support.db import create_database, drop_database, dsn_for_db
-from support.paths import REPO, SUPPORT
+from tests.support.db import create_database, drop_database, dsn_for_db
+from tests.support.paths import REPO, SUPPORT
 
 
 def main() -> None:

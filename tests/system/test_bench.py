@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import psycopg
-from support.paths import REPO
+import pytest
 
-from benchmarks import metrics, suite
+from fairq.bench import metrics, options, suite
+from fairq.cli import main
 
 FIGURES = (
     "throughput_jobs_s", "wait_p50_s", "wait_p95_s", "wait_p99_s", "tenant_p95_median_s",
@@ -31,7 +33,7 @@ def test_tiny_bench_reports_every_figure_for_every_policy(admin_dsn: str, tmp_pa
     proc = subprocess.run(
         [sys.executable, "-m", "fairq", "bench", "--tiny", "--no-progress", "--dsn", admin_dsn,
          "--json", str(out), "--plots", str(tmp_path / "plots")],
-        capture_output=True, text=True, timeout=240, cwd=REPO)
+        capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     by_policy = {r["policy"]: r for r in doc["results"]}
@@ -59,11 +61,30 @@ def test_ideal_allocation_water_fills_by_weight() -> None:
     assert abs(alloc["a"] - 6.0) < 1e-9 and abs(alloc["b"] - 3.0) < 1e-9
 
 
-def test_bench_outside_a_checkout_says_so(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-I", "-c",
-                           "import sys; sys.path[:0] = [sys.argv[1]];"
-                           "import fairq.cli.bench as b; b._suite = lambda: None;"
-                           "sys.exit(b.run(None))", str(REPO)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert proc.returncode == 1
-    assert "run it from a checkout" in proc.stderr
+@pytest.mark.parametrize(("argv", "needed"), [
+    (["--tiny", "--no-progress"], []),
+    (["--tiny"], ["tqdm"]),
+    (["--tiny", "--no-progress", "--plots", "out"], ["matplotlib"]),
+    (["--quick", "--no-progress"], list(options.PEER_PACKAGES)),
+    (["--quick", "--no-progress", "--no-peers"], []),
+])
+def test_a_run_needs_only_the_optional_packages_its_options_use(
+    argv: list[str], needed: list[str]
+) -> None:
+    p = argparse.ArgumentParser()
+    options.add_arguments(p)
+    assert options.needed_packages(p.parse_args(argv)) == needed
+
+
+def test_a_missing_optional_package_is_one_line_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in options.PEER_PACKAGES:  # installed or not here, find_spec says not installed
+        monkeypatch.setitem(sys.modules, name, None)
+    # No server at this DSN: the check comes before any connection.
+    code = main(["--dsn", "postgresql://nobody@127.0.0.1:1/none", "bench", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines() == [
+        "fairq bench: pgqueuer, asyncpg, procrastinate not installed: pip install 'fairq[bench]'"
+    ], err

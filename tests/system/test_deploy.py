@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import yaml
-from support.paths import REPO
 
 import fairq
 from fairq.cli import build_parser
 from fairq.health import DEFAULT_METRICS_PORT, LIVE_PATH, READY_PATH
+from tests.support.paths import REPO
 
 ROOT = REPO
 DEPLOY = ROOT / "deploy"
@@ -236,7 +236,7 @@ def test_one_exporter_and_a_drain_cronjob() -> None:
 
 # -- ./scripts/test ------------------------------------------------------------------------------
 def test_the_skip_summary_names_reasons_and_the_install_command() -> None:
-    from support.skip_summary import INSTALL, summary
+    from tests.support.skip_summary import INSTALL, summary
 
     assert summary([]) == []
     lines = summary(["prometheus not installed", "pgbouncer not installed",

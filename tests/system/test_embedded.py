@@ -24,7 +24,6 @@ import psutil  # type: ignore[import-untyped]
 import psycopg
 import pytest
 import sqlalchemy as sa
-from support.paths import REPO, SUPPORT
 
 from fairq import embedded
 from fairq.embedded import (
@@ -34,6 +33,7 @@ from fairq.embedded import (
     ensure_server,
     stop_server,
 )
+from tests.support.paths import REPO, SUPPORT
 
 CHILD = SUPPORT / "embedded_child.py"
 

@@ -11,9 +11,6 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from support.observability import enqueue, fetch, promtool_check, samples
-from support.paths import REPO
-from support.prom import free_port
 
 from fairq.exporter import (
     DatabaseCollector,
@@ -26,6 +23,9 @@ from fairq.exporter import (
 from fairq.models import TenantConfig
 from fairq.policies import get_policy
 from fairq.store import Store
+from tests.support.observability import enqueue, fetch, promtool_check, samples
+from tests.support.paths import REPO
+from tests.support.prom import free_port
 
 ROOT = REPO
 

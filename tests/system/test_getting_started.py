@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import psycopg
-from support.paths import REPO
+
+from tests.support.paths import REPO
 
 DOC = REPO / "docs" / "getting-started.md"
 FAIRQ = Path(sys.executable).parent / "fairq"  # the console script installed with this fairq

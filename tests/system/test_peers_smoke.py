@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from benchmarks.peers import _harness as h
+from fairq.bench.peers import _harness as h
 
 JOBS = 200
 
@@ -61,13 +61,13 @@ def _check(
 def test_pgqueuer_smoke(dsn: str) -> None:
     pytest.importorskip("pgqueuer", reason="PgQueuer not installed (bench extra)")
     pytest.importorskip("asyncpg", reason="asyncpg not installed (bench extra)")
-    from benchmarks.peers import pgqueuer_bench
+    from fairq.bench.peers import pgqueuer_bench
 
     _check(pgqueuer_bench, dsn, {"processes": 2, "batch_size": 50}, {"per_tenant_limit": 0})
 
 
 def test_procrastinate_smoke(dsn: str) -> None:
     pytest.importorskip("procrastinate", reason="Procrastinate not installed (bench extra)")
-    from benchmarks.peers import procrastinate_bench
+    from fairq.bench.peers import procrastinate_bench
 
     _check(procrastinate_bench, dsn, {"processes": 1, "concurrency": 4}, {"lock_per_tenant": True})

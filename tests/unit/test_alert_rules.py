@@ -6,7 +6,8 @@ import shutil
 import subprocess
 
 import pytest
-from support.paths import REPO
+
+from tests.support.paths import REPO
 
 DASHBOARDS = REPO / "dashboards"
 PROMTOOL = shutil.which("promtool")

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from support.observability import ALERTS, DASHBOARDS, SUBSTITUTIONS, UIDS, alert_exprs
-from support.paths import REPO
-from support.prom import (  # tests/ is on sys.path (rootdir-relative, no __init__.py)
+
+from tests.support.observability import ALERTS, DASHBOARDS, SUBSTITUTIONS, UIDS, alert_exprs
+from tests.support.paths import REPO
+from tests.support.prom import (
     Prometheus,
     dashboard_exprs,
     prometheus_binary,

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.paths import REPO
+from tests.support.paths import REPO
 
 ROOT = REPO
 

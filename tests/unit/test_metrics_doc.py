@@ -8,11 +8,11 @@ import re
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from support.paths import REPO
 
 from fairq.exporter import build_registry
 from fairq.metrics import PrometheusObserver
 from fairq.models import ClaimedJob
+from tests.support.paths import REPO
 
 ROOT = REPO
 DOC = ROOT / "docs" / "metrics.md"

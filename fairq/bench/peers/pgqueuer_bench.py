@@ -3,7 +3,7 @@
 A tenant maps to a PgQueuer entrypoint (``tenant_<n>``); PgQueuer's closest fairness knob is
 the per-entrypoint ``concurrency_limit``, exposed here as ``per_tenant_limit``.
 
-CLI: ``python -m benchmarks.peers.pgqueuer_bench [--dsn DSN] [--jobs N]`` prints one JSON line.
+CLI: ``python -m fairq.bench.peers.pgqueuer_bench [--dsn DSN] [--jobs N]`` prints one JSON line.
 Without ``--dsn`` it runs against a fresh random database that it drops afterwards.
 """
 
@@ -17,12 +17,12 @@ import os
 import time
 from typing import Any
 
-from benchmarks.peers import _harness as h
+from fairq.bench.peers import _harness as h
 
 PEER = "pgqueuer"
 DEFAULTS: dict[str, int] = {"processes": 1, "batch_size": 10}  # QueueManager.run / `pgq run`
 TUNED: dict[str, int] = {"processes": 2, "batch_size": 500}
-WORKER_ENTRY = "benchmarks.peers.pgqueuer_bench:worker_main"
+WORKER_ENTRY = "fairq.bench.peers.pgqueuer_bench:worker_main"
 
 
 def tenant_entrypoint(tenant: int) -> str:
@@ -317,6 +317,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from benchmarks.peers.pgqueuer_bench import main as _main
+    from fairq.bench.peers.pgqueuer_bench import main as _main
 
     _main()

@@ -25,9 +25,10 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from benchmarks import metrics, report, runners, scenarios
+from fairq.bench import metrics, report, runners, scenarios
+from fairq.bench.options import POLICIES, add_arguments, report_missing, runs_peers
 
-POLICIES = ("fifo", runners.RR_POLICY, "round_robin", "weighted", "drr")
+__all__ = ["POLICIES", "add_arguments", "main", "run", "scratch_database"]
 
 
 @contextmanager
@@ -46,24 +47,18 @@ def scratch_database(admin_dsn: str, prefix: str = "fairq_bench") -> Iterator[st
 
 
 class Bar:
-    """tqdm on stderr when installed, else one line per step."""
+    """A tqdm progress bar on stderr, or nothing (``--no-progress``)."""
 
     def __init__(self, total: int, enabled: bool = True) -> None:
         self._bar: Any = None
-        self.enabled = enabled
         if enabled:
-            try:
-                from tqdm import tqdm  # type: ignore[import-untyped]
+            from tqdm import tqdm
 
-                self._bar = tqdm(total=total, file=sys.stderr, unit="run", dynamic_ncols=True)
-            except ImportError:
-                pass
+            self._bar = tqdm(total=total, file=sys.stderr, unit="run", dynamic_ncols=True)
 
     def step(self, label: str) -> Callable[[int], None]:
         if self._bar is not None:
             self._bar.set_description(label)
-        elif self.enabled:
-            print(f"bench: {label}", file=sys.stderr, flush=True)
 
         def jobs(done: int) -> None:
             if self._bar is not None:
@@ -81,13 +76,9 @@ class Bar:
 
 def run_peers(admin_dsn: str, quick: bool, bar: Bar) -> dict[str, Any]:
     """PgQueuer and Procrastinate on the same server: drain throughput and the noisy neighbour."""
-    try:
-        from benchmarks.peers import pgqueuer_bench as pgq
-        from benchmarks.peers import procrastinate_bench as pro
-    except ImportError as exc:
-        for _ in range(4):
-            bar.done()
-        return {"skipped": f"peer packages missing ({exc}): pip install 'fairq[bench]'"}
+    from fairq.bench.peers import pgqueuer_bench as pgq
+    from fairq.bench.peers import procrastinate_bench as pro
+
     n_pgq, n_pro = (1_000, 500) if quick else (20_000, 4_000)
     out: dict[str, Any] = {}
     steps: list[tuple[str, str, Callable[[str], dict[str, Any]]]] = [
@@ -117,24 +108,13 @@ def main(argv: Sequence[str] | None = None, *, dsn: str | None = None) -> int:
     return run(args, dsn)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
-    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # for the test
-    p.add_argument("--scenario", action="append", metavar="NAME",
-                   help="only these scenarios (repeatable): " + ", ".join(scenarios.FULL))
-    p.add_argument("--policy", action="append", metavar="NAME",
-                   help="only these policies (repeatable): " + ", ".join(POLICIES))
-    p.add_argument("--no-peers", action="store_true", help="skip PgQueuer and Procrastinate")
-    p.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
-                   help="stop a run after this long (default 6 quick, 90 full)")
-    p.add_argument("--json", metavar="PATH", help="write every figure as JSON")
-    p.add_argument("--plots", metavar="DIR", help="write PNG plots (needs matplotlib)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-
-
 def run(args: argparse.Namespace, dsn: str | None) -> int:
+    """Every scenario under every policy (then the peers), print the report; exit code 2 for bad
+    options or a missing optional package, 1 if a run failed."""
     from fairq.config import resolve_dsn
 
+    if report_missing(args):
+        return 2
     admin = resolve_dsn(dsn)
     table = scenarios.TINY if args.tiny else scenarios.QUICK if args.quick else scenarios.FULL
     names = args.scenario or list(table)
@@ -145,7 +125,7 @@ def run(args: argparse.Namespace, dsn: str | None) -> int:
         print(f"fairq bench: unknown scenario/policy {', '.join(unknown + bad)}", file=sys.stderr)
         return 2
     deadline = args.deadline or (6.0 if args.quick or args.tiny else 90.0)
-    peers = not (args.no_peers or args.tiny)
+    peers = runs_peers(args)
     bar = Bar(len(names) * len(policies) + (4 if peers else 0), enabled=not args.no_progress)
     if threading.current_thread() is threading.main_thread():  # SIGTERM still drops the database
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

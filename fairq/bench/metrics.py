@@ -6,8 +6,8 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from benchmarks.runners import RunData
-from benchmarks.scenarios import Scenario
+from fairq.bench.recording import RunData
+from fairq.bench.scenarios import Scenario
 from fairq.policies.fairness import jain_index
 
 PER_TENANT_LIMIT = 50  # per-tenant detail in the JSON for the tenants with the most jobs

@@ -12,14 +12,12 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import IO, Any
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 ADMIN_DSN_ENV = "FAIRQ_PEERS_ADMIN_DSN"
 DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -159,10 +157,6 @@ class WorkerPool:
         """Spawn every worker and wait until all are ready; return the spawn time in seconds."""
         module, func = self.entry.split(":")
         code = f"from {module} import {func}; {func}()"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
-        )
         t0 = time.perf_counter()
         for cfg in self.configs:
             log = tempfile.TemporaryFile(mode="w+", prefix="peer-worker-")  # noqa: SIM115
@@ -174,8 +168,6 @@ class WorkerPool:
                     stdout=subprocess.PIPE,
                     stderr=log,
                     text=True,
-                    cwd=REPO_ROOT,
-                    env=env,
                 )
             )
         self._await_lines("ready", ready_timeout_s)

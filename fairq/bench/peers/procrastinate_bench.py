@@ -4,7 +4,7 @@ A tenant maps to a Procrastinate queue (``tenant_<n>``). Procrastinate has no pe
 concurrency cap; its closest fairness knob is the job ``lock`` (one running job per lock,
 in id order), exposed here as ``lock_per_tenant``.
 
-CLI: ``python -m benchmarks.peers.procrastinate_bench [--dsn DSN] [--jobs N]`` prints one
+CLI: ``python -m fairq.bench.peers.procrastinate_bench [--dsn DSN] [--jobs N]`` prints one
 JSON line. Without ``--dsn`` it runs against a fresh random database that it drops afterwards.
 """
 
@@ -19,11 +19,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.peers import _harness as h
+from fairq.bench.peers import _harness as h
 
 PEER = "procrastinate"
 TASK_NAME = "fairq_peer_noop"
-WORKER_ENTRY = "benchmarks.peers.procrastinate_bench:worker_main"
+WORKER_ENTRY = "fairq.bench.peers.procrastinate_bench:worker_main"
 # Procrastinate's worker defaults: one process, concurrency 1 (worker.WORKER_CONCURRENCY).
 DEFAULTS: dict[str, int] = {"processes": 1, "concurrency": 1}
 # (processes, concurrency) pairs tried to find the tuned figure.
@@ -53,7 +53,7 @@ def make_app(dsn: str, pool_max: int | None = None, side_pool: Any = None,
         pool_kwargs = {"min_size": 1, "max_size": pool_max}
     app = App(connector=PsycopgConnector(conninfo=dsn, **pool_kwargs))
 
-    @app.task(name=TASK_NAME, pass_context=True)
+    @app.task(name=TASK_NAME, pass_context=True)  # type: ignore[untyped-decorator, unused-ignore]
     async def noop(context: JobContext) -> None:
         if side_pool is not None:
             async with side_pool.connection() as conn:
@@ -325,6 +325,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from benchmarks.peers.procrastinate_bench import main as _main
+    from fairq.bench.peers.procrastinate_bench import main as _main
 
     _main()

@@ -1,0 +1,1 @@
+"""fairq's tests; ``tests.support`` holds the helpers they share with ``benchmarks/``."""
