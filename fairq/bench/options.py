@@ -41,7 +41,7 @@ def runs_peers(args: argparse.Namespace) -> bool:
 
 def needed_packages(args: argparse.Namespace) -> list[str]:
     """The optional packages this run imports: only what its options use."""
-    needed = [] if args.no_progress else ["tqdm"]
+    needed: list[str] = []  # no tqdm: the run goes on without a progress bar
     if args.plots:
         needed.append("matplotlib")
     if runs_peers(args):

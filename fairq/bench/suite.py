@@ -8,6 +8,7 @@ ratios are comparable; absolute times depend on the machine and its load.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import secrets
 import signal
@@ -47,11 +48,12 @@ def scratch_database(admin_dsn: str, prefix: str = "fairq_bench") -> Iterator[st
 
 
 class Bar:
-    """A tqdm progress bar on stderr, or nothing (``--no-progress``)."""
+    """A tqdm progress bar on stderr, or nothing (``--no-progress``, or tqdm not installed: a bar
+    is a convenience, not a reason to refuse a run)."""
 
     def __init__(self, total: int, enabled: bool = True) -> None:
         self._bar: Any = None
-        if enabled:
+        if enabled and importlib.util.find_spec("tqdm") is not None:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, file=sys.stderr, unit="run", dynamic_ncols=True)
