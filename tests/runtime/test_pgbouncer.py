@@ -135,7 +135,7 @@ def test_lifecycle_through_transaction_mode_pgbouncer(pooler: str, dsn: str) -> 
     # the listener is the only direct session fairq kept; the rest went through pgbouncer
     # closed at stop (a backend leaves pg_stat_activity a moment after its client hangs up)
     wait_for(lambda: sql(dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
-                              "LIKE 'fairq-worker%%listen'")[0][0] == 0,
+                              "LIKE 'fairq-worker%%listen' AND datname = current_database()")[0][0] == 0,
              timeout=10, what="the listener's session to end")
 
 

@@ -27,6 +27,8 @@ def _databases(dsn: str) -> set[str]:
         return {r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()}
 
 
+# One pytest process runs both bench runs: each checks no fairq_bench_* database is left.
+@pytest.mark.xdist_group("bench")
 def test_tiny_bench_reports_every_figure_for_every_policy(admin_dsn: str, tmp_path: Path) -> None:
     before = {d for d in _databases(admin_dsn) if d.startswith("fairq_bench_")}
     out = tmp_path / "bench.json"

@@ -118,6 +118,8 @@ def test_installed_fairq_migrates_the_embedded_default(installed: Path) -> None:
     assert not (home / "embedded" / "pgdata" / "postmaster.pid").exists()
 
 
+# One pytest process runs both bench runs: each checks no fairq_bench_* database is left.
+@pytest.mark.xdist_group("bench")
 def test_installed_fairq_bench_runs_without_a_checkout(installed: Path, admin_dsn: str) -> None:
     """The suite ships in the wheel: its help, its data files (the lab's statements, the
     sampler's queries) and a tiny run of every policy; the bench extra is not installed."""
