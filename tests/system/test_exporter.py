@@ -102,8 +102,9 @@ def test_fairness_over_the_window(store: Store, collector: DatabaseCollector) ->
 
 
 def test_fairness_maths() -> None:
-    def row(t: str, w: float, runnable: int = 5) -> TenantRow:
-        return TenantRow("q", t, w, 10, 0, 0, runnable, runnable, 1.0)
+    def row(t: str, w: float, runnable: int = 5) -> TenantRow:  # no groups: weight as is
+        return TenantRow("q", t, w, 10, 0, 0, runnable, runnable, 1.0,
+                         effective_weight=w if runnable else None)
 
     rows = [row("a", 2.0), row("b", 1.0), row("idle", 1.0, runnable=0)]
     jain, err = fairness(rows, {("q", "a"): 20, ("q", "b"): 10, ("q", "idle"): 0})["q"]
