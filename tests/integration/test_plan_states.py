@@ -957,9 +957,10 @@ def test_the_enqueue_reads_only_its_tenants(states: States, state: str, mode: st
     """A job for a busy tenant and one for a new tenant, through the SQL enqueue, in fairq's
     session settings (sorts off among them): no statement of it reads tenant_schedule beyond
     the chunk's tenants and the queue's first (the guards' row bounds; no Seq Scan), among
-    hundreds of tenants. enqueue_v1.sql's tenant lock read every tenant by primary key with
-    sorts off (308 and 708 rows here); enqueue_v2.sql locks them by key. In
-    analyzed_one_tenant queue_vtime, for the new tenant, read the whole queue with sorts on."""
+    hundreds of tenants. A lock of the chunk's tenants by a join ordered by tenant_schedule's
+    key reads every tenant by primary key with sorts off; enqueue_many locks each by its key.
+    In analyzed_one_tenant queue_vtime, for the new tenant, reads the whole queue with sorts
+    on."""
     problems: list[Problem] = []
     with session(states.dsn(state), mode) as (conn, notices, sources), \
             conn.transaction(force_rollback=True):
