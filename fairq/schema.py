@@ -6,7 +6,7 @@ independent queues and fairq's Alembic history sits beside the application's own
 
 from __future__ import annotations
 
-from importlib.abc import Traversable
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from sqlalchemy import (

@@ -15,7 +15,7 @@ fairq: ``fairq.schema`` describes today's schema and changes with it.
 from __future__ import annotations
 
 from importlib import resources
-from importlib.abc import Traversable
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import sqlalchemy as sa
