@@ -61,6 +61,9 @@ class TenantRow:
     throttled_seconds: float = 0.0  # time spent with a due job and no token, so far
     tenant_group: str = "default"
     group_weight: float = 1.0
+    # Backlogged: its weight times its group's factor over the queue's backlogged tenants of
+    # the group, read from the database (effective_weight); None when not backlogged.
+    effective_weight: float | None = None
 
 
 def keep_tenants(rows: Sequence[TenantRow], limit: int) -> set[str]:
@@ -96,25 +99,17 @@ def keep_queues(rows: Sequence[TenantRow], leases: dict[str, int], limit: int) -
 
 def fairness(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float]
              ) -> dict[str, tuple[float, float]]:
-    """queue -> (Jain's index, max share error) over the queue's backlogged tenants."""
+    """queue -> (Jain's index, max share error) over the queue's backlogged tenants (those
+    with an effective weight)."""
     out: dict[str, tuple[float, float]] = {}
     queues = sorted({r.queue for r in rows})
     for queue in queues:
-        backlogged = [r for r in rows if r.queue == queue and r.runnable > 0 and r.max_running > 0]
-        service = {r.tenant: claims.get((queue, r.tenant), 0.0) for r in backlogged}
-        weights = effective_weights(backlogged)
+        weights = {r.tenant: w for r in rows
+                   if r.queue == queue and (w := r.effective_weight) is not None}
+        service = {t: claims.get((queue, t), 0.0) for t in weights}
         values = [service[t] / weights[t] for t in service]
         out[queue] = (jain_index(values), max_share_error(service, weights))
     return out
-
-
-def effective_weights(backlogged: Sequence[TenantRow]) -> dict[str, float]:
-    """Each tenant's weight within its group times the group's weight (docs/algorithm.md,
-    "Tenant groups"); without groups, proportional to the tenants' own weights."""
-    in_group: dict[str, float] = {}
-    for r in backlogged:
-        in_group[r.tenant_group] = in_group.get(r.tenant_group, 0.0) + r.weight
-    return {r.tenant: r.weight * r.group_weight / in_group[r.tenant_group] for r in backlogged}
 
 
 def group_shares(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float]

@@ -43,6 +43,14 @@ def upgrade(dsn: str, schema: str | None = None,
     have done the work: "before" is read before this call takes the migration lock.)
     """
     before = current(dsn, schema)
+    if before is not None:
+        script = _script(schema)
+        if not _is_known(script, before):
+            raise ConfigurationError(
+                f"schema {resolve_schema(schema)!r} is at fairq revision {before!r}, which this "
+                f"fairq (at {script.get_current_head()}) does not know: a newer fairq migrated "
+                "it, or a development build from before this release's baseline (then drop the "
+                "schema and migrate again)")
     command.upgrade(_config(dsn, schema), revision)
     return before, current(dsn, schema)
 
@@ -77,15 +85,19 @@ def _script(schema: str | None = None) -> ScriptDirectory:
     return ScriptDirectory.from_config(_config(None, resolve_schema(schema)))
 
 
-def _known(script: ScriptDirectory, rev: str) -> None:
-    """``InvalidInput`` unless ``rev`` is a revision of this fairq."""
+def _is_known(script: ScriptDirectory, rev: str) -> bool:
+    """Whether ``rev`` is a revision of this fairq."""
     from alembic.util import CommandError
 
     try:
-        found = script.get_revision(rev) is not None
+        return script.get_revision(rev) is not None
     except CommandError:
-        found = False
-    if not found:
+        return False
+
+
+def _known(script: ScriptDirectory, rev: str) -> None:
+    """``InvalidInput`` unless ``rev`` is a revision of this fairq."""
+    if not _is_known(script, rev):
         raise InvalidInput(f"unknown fairq revision {rev!r}: this fairq knows "
                            f"{', '.join(r.revision for r in reversed(list(script.walk_revisions())))}")
 
@@ -107,16 +119,11 @@ class Status:
 
 def status(dsn: str, schema: str | None = None) -> Status:
     """The schema's revision against this fairq's, and what ``upgrade`` would apply."""
-    from alembic.util import CommandError
-
     s = resolve_schema(schema)
     script = _script(s)
     head = script.get_current_head() or "base"
     rev = current(dsn, s)
-    try:
-        known = rev is None or script.get_revision(rev) is not None
-    except CommandError:
-        known = False
+    known = rev is None or _is_known(script, rev)
     pending: list[tuple[str, str]] = []
     if known:
         for r in script.iterate_revisions(head, rev or "base"):
@@ -149,23 +156,16 @@ def require_current(dsn: str, schema: str | None = None) -> None:
     older revision (``ConfigurationError``: run ``fairq migrate``). A revision this fairq does
     not know, which a newer fairq wrote, only warns: migrations come first in a rolling upgrade,
     and the older workers still running must be able to restart."""
-    from alembic.script import ScriptDirectory
-    from alembic.util import CommandError
-
     s = resolve_schema(schema)
     rev = current(dsn, s)
     if rev is None:
         raise ConfigurationError(
             f"schema {s!r} has no fairq tables: run `fairq migrate` (or App.migrate()) first")
-    script = ScriptDirectory.from_config(_config(None, s))
+    script = _script(s)
     newest = script.get_current_head()
     if rev == newest:
         return
-    try:
-        known = script.get_revision(rev) is not None
-    except CommandError:
-        known = False
-    if known:
+    if _is_known(script, rev):
         raise ConfigurationError(
             f"schema {s!r} is at fairq revision {rev}, this fairq needs {newest}: "
             "run `fairq migrate` first")

@@ -6,6 +6,9 @@ independent queues and fairq's Alembic history sits beside the application's own
 
 from __future__ import annotations
 
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
 from sqlalchemy import (
     DDL,
     BigInteger,
@@ -47,17 +50,44 @@ JOBS_STORAGE = {
 WEIGHT_CHECK = "weight >= 0.001 AND weight <= 1000"
 
 
-# The newest fairq/sql/ddl/engine_v<N>.sql; each came with a migration.
-ENGINE_VERSION = 13
+# Where today's definition of each SQL function lives: files of the migrations that install them
+# (alembic/versions/, packaged as fairq.migrations.versions), in the order they are created (a
+# sql function's body is checked against the functions it calls when it is created). A later
+# migration that replaces a function carries the new text in a folder of its own: point this
+# list at that file.
+FUNCTION_FILES = (
+    "0001_baseline/vtime.sql",        # queue_vtime
+    "0001_baseline/rate_limits.sql",  # token bucket, time spent throttled
+    "0001_baseline/weights.sql",      # effective_weight, group factors
+    "0001_baseline/settle.sql",       # claim_settle
+    "0001_baseline/claim.sql",        # claim_fair, wait_and_pick, claim_terms
+    "0001_baseline/enqueue.sql",      # enqueue, enqueue_many and their grants
+)
 
 
-def engine_functions_ddl(schema: str, version: int = 1) -> str:
-    """The engine's functions (fairq/sql/ddl/engine_v<version>.sql) for ``schema``."""
+def _versions_dir() -> Traversable:
+    """The migrations' versions folder: package data of ``fairq.migrations.versions`` in an
+    installed fairq, ``alembic/versions`` in a checkout (not importable under that name)."""
     from importlib import resources
 
-    text = resources.files("fairq.sql").joinpath(f"ddl/engine_v{version}.sql").read_text(
-        encoding="utf-8")
-    return text.replace("{schema}", f'"{validate_schema_name(schema)}"')
+    try:
+        return resources.files("fairq.migrations.versions")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "alembic" / "versions"
+
+
+def functions_ddl(schema: str) -> list[str]:
+    """The SQL creating fairq's functions in ``schema``, one text per file of FUNCTION_FILES:
+    ``{schema}`` is the quoted schema name, ``{channel}`` the schema's NOTIFY channel
+    (``fairq.store.pg.channel_for``) as a literal."""
+    name = validate_schema_name(schema)
+    base = _versions_dir()
+    texts = []
+    for path in FUNCTION_FILES:
+        folder, file = path.split("/")
+        text = base.joinpath(folder).joinpath(file).read_text(encoding="utf-8")
+        texts.append(text.replace("{schema}", f'"{name}"').replace("{channel}", f"'fairq_{name}'"))
+    return texts
 
 
 def settings_policy_ddl(schema: str) -> str:
@@ -78,18 +108,6 @@ def settings_policy_ddl(schema: str) -> str:
 RATE_CHECK = ("rate IS NULL OR (rate >= 0.001 AND rate <= 1000000 AND burst >= 1 "
               "AND burst <= 1000000)")
 
-
-
-
-def enqueue_functions_ddl(schema: str, version: int = 1) -> str:
-    """The SQL enqueue functions (fairq/sql/ddl/enqueue_v<version>.sql) for ``schema``:
-    ``{channel}`` is the schema's NOTIFY channel (``fairq.store.pg.channel_for``) as a literal."""
-    from importlib import resources
-
-    name = validate_schema_name(schema)
-    text = resources.files("fairq.sql").joinpath(f"ddl/enqueue_v{version}.sql").read_text(
-        encoding="utf-8")
-    return text.replace("{schema}", f'"{name}"').replace("{channel}", f"'fairq_{name}'")
 
 
 def jobs_storage_ddl(schema: str) -> str:
@@ -153,7 +171,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         # The fifo policy's claim: the global order of ready jobs.
         # Its predicate says ``cost > 0`` (always true, jobs_cost_check) so that the per-tenant
         # pick, which does not say it, can never read a tenant's jobs through this index,
-        # whatever the statistics (migration 0003).
+        # whatever the statistics.
         Index(
             "jobs_fifo_ready_idx",
             "queue",
@@ -163,11 +181,11 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
             postgresql_where=text("status = 'queued' AND cost > 0"),
         ),
         # The reaper: running jobs by lease expiry. Rows holding a lease (only running jobs
-        # do), not "status = 'running'": the finishes check that, and the planner then read every
-        # running job through this index for a finish of ten whenever the statistics said few
-        # were running (migration 0002).
+        # do), not "status = 'running'": the finishes check that, and with that predicate the
+        # planner reads every running job through this index for a finish of ten whenever the
+        # statistics say few are running.
         Index("jobs_lease_idx", "locked_until", postgresql_where=text("locked_until IS NOT NULL")),
-        # Idempotency keys (migration 0005): one live job per task and key; enqueue_many's
+        # Idempotency keys: one live job per task and key; enqueue_many's
         # ON CONFLICT names this predicate.
         Index("jobs_key_idx", "task", "key", unique=True,
               postgresql_where=text("key IS NOT NULL AND status IN ('queued', 'running')")),
@@ -193,7 +211,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         PrimaryKeyConstraint("tenant", name="tenants_pkey"),
         CheckConstraint(WEIGHT_CHECK, name="tenants_weight_check"),
         CheckConstraint("max_running >= 0", name="tenants_max_running_check"),
-        # Jobs per second (NULL: unlimited) and the bucket's size (migration 0007).
+        # Jobs per second (NULL: unlimited) and the bucket's size.
         Column("rate", Float),
         Column("burst", Integer),
         CheckConstraint(RATE_CHECK, name="tenants_rate_check"),
@@ -213,7 +231,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     )
 
     # Per (queue, group): group weight / the weights of its active tenants, the factor of its
-    # tenants' weights in a claim (engine_v2.sql: eff_weight, refresh_groups).
+    # tenants' weights in a claim (weights.sql: effective_weight, refresh_groups).
     Table(
         "group_schedule",
         md,
@@ -232,7 +250,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("value", JSONB, nullable=False),
         PrimaryKeyConstraint("key", name="settings_pkey"),
     )
-    # Its row-level security (migration 0004): workers write stamps, never tenant defaults.
+    # Its row-level security: workers write stamps, never tenant defaults.
     # (DDL formats its text with %: the policies' LIKE pattern is escaped for it.)
     event.listen(settings, "after_create",
                  DDL(settings_policy_ddl(schema).replace("%", "%%")))  # type: ignore[no-untyped-call]
@@ -259,14 +277,14 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         CheckConstraint("running >= 0", name="tenant_schedule_running_check"),
         CheckConstraint(WEIGHT_CHECK, name="tenant_schedule_weight_check"),
         # The tenant's rate limit (copied like weight) and its token bucket: `tokens` as of
-        # `refilled_at`, NULL = full (engine_v2.sql).
+        # `refilled_at`, NULL = full (rate_limits.sql).
         Column("rate", Float),
         Column("burst", Integer),
         Column("tokens", Float),
         Column("refilled_at", DateTime(timezone=True)),
         CheckConstraint(RATE_CHECK, name="tenant_schedule_rate_check"),
         Column("tenant_group", Text),
-        # Time spent throttled (engine_v3.sql): seconds with a due job and no whole token,
+        # Time spent throttled (rate_limits.sql): seconds with a due job and no whole token,
         # credited when the interval that throttled_since opened ends.
         Column("throttled_seconds", Float, nullable=False, server_default=text("0")),
         Column("throttled_since", DateTime(timezone=True)),
@@ -304,11 +322,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
         PrimaryKeyConstraint("name", "tenant", name="periodic_pkey"),
     )
-    # The engine's functions, every version in the order the migrations apply them (0003 on);
-    # create_all gets them through this hook.
-    for version in range(1, ENGINE_VERSION + 1):
-        event.listen(md, "after_create", DDL(engine_functions_ddl(schema, version)))  # type: ignore[no-untyped-call]
-    # The SQL enqueue (migration 0005), after the engine's functions it calls.
-    event.listen(md, "after_create", DDL(enqueue_functions_ddl(schema)))  # type: ignore[no-untyped-call]
-    event.listen(md, "after_create", DDL(enqueue_functions_ddl(schema, 2)))  # type: ignore[no-untyped-call]
+    # The SQL functions (FUNCTION_FILES), once the tables whose row types they take exist.
+    for ddl in functions_ddl(schema):
+        event.listen(md, "after_create", DDL(ddl))  # type: ignore[no-untyped-call]
     return md

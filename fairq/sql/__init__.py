@@ -6,16 +6,13 @@ parameters. The rendered text is cached per schema, so psycopg's prepared-statem
 one stable text per statement.
 
 The comments stay in the files, not in what is sent: psycopg caches the parsing of a query's
-placeholders only for texts up to 4 KiB, and the documented claim statements were longer, so
-every claim re-parsed its text in Python (0.15 ms of CPU per claim and finish, measured with
-cProfile at one tenant). Each sent statement starts with a one-line label, ``-- fairq NAME``,
-so pg_stat_statements and pg_stat_activity still tell the statements apart.
+placeholders only for texts up to 4 KiB, and a longer text is parsed again in Python at every
+execution. Each sent statement starts with a one-line label, ``-- fairq NAME``, so
+pg_stat_statements and pg_stat_activity still tell the statements apart.
 
-The claim statements are sent in the form psycopg would send them, ``$1``, ``$2`` ...,
-converted here once per schema (``positional``) and executed through psycopg's RawCursor, so
-their length does not matter. Up to migration 0018 the fair claim statement was past the cache
-(4,266 bytes without comments with the default schema); since 0019 it is a short call of the
-engine function claim_fair, but a claim statement that grows past 4 KiB again costs nothing.
+The claim statements, run at every claim, are sent in the form psycopg would send them, ``$1``,
+``$2`` ..., converted here once per schema (``positional``) and executed through psycopg's
+RawCursor, so their length never costs that parse.
 """
 
 from __future__ import annotations

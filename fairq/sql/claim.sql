@@ -10,8 +10,9 @@
 
 -- name: claim_fair
 -- Weighted fair queueing over tenants by virtual time (docs/algorithm.md, "The definition"),
--- run by the versioned function claim_fair (engine_v13.sql), which runs only the steps a claim
--- needs (a statement holding every step as a CTE started all of them at every claim).
+-- run by the function claim_fair (alembic/versions/0001_baseline/claim.sql), which runs only
+-- the steps a claim needs: a statement holding every step would start all of them at every
+-- claim.
 -- Parameters: by_weight, by_cost (round_robin: false/false; weighted: true/false; drr:
 -- true/true), window (= batch, in virtual time), wait. When it took nothing while holding a
 -- lock it returns one row of NULLs, and the store runs it again with `wait` (holding nothing,
@@ -35,7 +36,7 @@ WITH picked AS MATERIALIZED (
     FROM {schema}.jobs q
     WHERE q.queue = %(queue)s AND q.status = 'queued' AND q.run_at <= now()
       -- Always true (jobs_cost_check), and part of jobs_fifo_ready_idx's predicate: only this
-      -- statement says it, so only this statement reads that index (migration 0003).
+      -- statement says it, so only this statement reads that index.
       AND q.cost > 0
       -- A scalar subquery, not EXISTS: the planner cannot flatten it into a join that reads
       -- and sorts the whole backlog; it stays a per-row probe under the ordered index scan.

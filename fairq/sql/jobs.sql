@@ -3,10 +3,10 @@
 -- a worker that lost its lease changes nothing.
 
 -- name: enqueue
--- Insert a chunk of jobs in one round trip through the SQL enqueue (fairq/sql/ddl/
--- enqueue_v1.sql), the one implementation every client shares: it checks the jobs, creates or
--- wakes their tenants' schedule rows and notifies listeners at commit; returns the ids in input
--- order. Tenants and payloads come one element per job; every other array has one element per
+-- Insert a chunk of jobs in one round trip through the SQL enqueue (enqueue_many,
+-- alembic/versions/0001_baseline/enqueue.sql), the one implementation every client shares: it
+-- checks the jobs, creates or wakes their tenants' schedule rows and notifies listeners at
+-- commit; returns the ids in input order. Tenants and payloads come one element per job; every other array has one element per
 -- job or a single element that every job of the chunk shares (a bulk enqueue), so it is
 -- neither sent nor unnested 5,000 times. The arrays go in binary.
 SELECT {schema}.enqueue_many(

@@ -41,8 +41,10 @@ SELECT coalesce(
 SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = %(name)s;
 
 -- name: exporter_tenants
--- Per (queue, tenant): configuration, exact running count, backlog, oldest runnable age and
--- time spent throttled so far.
+-- Per (queue, tenant): configuration, exact running count, backlog, oldest runnable age, time
+-- spent throttled so far, and for a backlogged tenant (runnable jobs, not paused) the weight
+-- its fairness is judged against: its effective weight (effective_weight), its group's factor
+-- taken over the queue's backlogged tenants of the group (NULL for the others).
 -- The backlog aggregate reads the partial index of queued jobs only.
 WITH backlog AS (
     SELECT j.queue, j.tenant, count(*) AS queued,
@@ -51,19 +53,30 @@ WITH backlog AS (
     FROM {schema}.jobs j
     WHERE j.status = 'queued'
     GROUP BY j.queue, j.tenant
+),
+tenants AS (
+    SELECT ts.queue, ts.tenant, ts.weight, ts.max_running, ts.running, ts.claimed_total,
+           coalesce(b.queued, 0) AS queued, coalesce(b.runnable, 0) AS runnable,
+           coalesce(b.oldest_age, 0)::float8 AS oldest_age,
+           ts.rate, {schema}.tenant_tokens(ts) AS tokens,
+           NOT ts.active AND ts.wake_at > now() AND {schema}.tenant_dry(ts) AS throttled,
+           {schema}.throttled_total(ts) AS throttled_seconds,
+           coalesce(ts.tenant_group, 'default') AS tenant_group,
+           coalesce((SELECT tg.weight FROM {schema}.tenant_groups tg
+                     WHERE tg.tenant_group = coalesce(ts.tenant_group, 'default')), 1.0)
+               AS group_weight,
+           coalesce(b.runnable, 0) > 0 AND ts.max_running > 0 AS backlogged
+    FROM {schema}.tenant_schedule ts
+    LEFT JOIN backlog b ON b.queue = ts.queue AND b.tenant = ts.tenant
 )
-SELECT ts.queue, ts.tenant, ts.weight, ts.max_running, ts.running, ts.claimed_total,
-       coalesce(b.queued, 0) AS queued, coalesce(b.runnable, 0) AS runnable,
-       coalesce(b.oldest_age, 0)::float8 AS oldest_age,
-       ts.rate, {schema}.tenant_tokens(ts) AS tokens,
-       NOT ts.active AND ts.wake_at > now() AND {schema}.tenant_dry(ts) AS throttled,
-       {schema}.throttled_total(ts) AS throttled_seconds,
-       coalesce(ts.tenant_group, 'default') AS tenant_group,
-       coalesce((SELECT tg.weight FROM {schema}.tenant_groups tg
-                 WHERE tg.tenant_group = coalesce(ts.tenant_group, 'default')), 1.0) AS group_weight
-FROM {schema}.tenant_schedule ts
-LEFT JOIN backlog b ON b.queue = ts.queue AND b.tenant = ts.tenant
-ORDER BY ts.queue, ts.tenant;
+SELECT t.queue, t.tenant, t.weight, t.max_running, t.running, t.claimed_total, t.queued,
+       t.runnable, t.oldest_age, t.rate, t.tokens, t.throttled, t.throttled_seconds,
+       t.tenant_group, t.group_weight,
+       CASE WHEN t.backlogged THEN {schema}.effective_weight(t.weight, t.group_weight
+           / sum(t.weight) FILTER (WHERE t.backlogged) OVER (PARTITION BY t.queue, t.tenant_group))
+       END AS effective_weight
+FROM tenants t
+ORDER BY t.queue, t.tenant;
 
 -- name: exporter_expired_leases
 -- Running jobs whose lease has expired and that no reaper has returned yet (jobs_lease_idx).

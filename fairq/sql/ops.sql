@@ -139,7 +139,7 @@ DELETE FROM {schema}.tenants WHERE tenant = %(tenant)s RETURNING tenant;
 
 -- name: sync_tenant_to_defaults
 -- The tenant follows the defaults: weight, cap and rate limit (a full bucket), no group. A full
--- bucket ends its throttled interval, credited up to now (engine_v3.sql).
+-- bucket ends its throttled interval, credited up to now (throttled_open).
 UPDATE {schema}.tenant_schedule ts
 SET weight = %(weight)s, max_running = %(max_running)s, rate = %(rate)s, burst = %(burst)s,
     tokens = NULL, refilled_at = NULL, tenant_group = NULL,

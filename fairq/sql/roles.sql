@@ -6,12 +6,12 @@
 -- name: roles_grant_worker
 -- Claim, heartbeat, finish, fail, hand back, reap, wake and rebase virtual time: UPDATEs of the
 -- columns those statements write (a job's result too), nothing else. Not a job's task, payload,
--- queue, tenant, priority, cost or limits; not a tenant's weight or cap (tenant_schedule.weight, max_running);
--- in settings only the maintenance stamps (row-level security, migration 0004), never the
--- tenant defaults. No INSERT into jobs (cannot enqueue), no DELETE, no tenant configuration.
--- It reads the schema's revision at start (it refuses an outdated one). Table-wide grants of
--- older versions are revoked first (which revokes their column grants too), so re-applying
--- after an upgrade leaves exactly these.
+-- queue, tenant, priority, cost or limits; not a tenant's weight or cap (tenant_schedule.weight,
+-- max_running); in settings only the maintenance stamps (row-level security), never the tenant
+-- defaults. No INSERT into jobs (cannot enqueue), no DELETE, no tenant configuration.
+-- It reads the schema's revision at start (it refuses an outdated one). Table-wide grants are
+-- revoked first (which revokes their column grants too), so re-applying leaves exactly these,
+-- whatever the role held before.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {schema}.jobs, {schema}.tenant_schedule,
     {schema}.settings, {schema}.tenants FROM {role};
@@ -38,8 +38,8 @@ GRANT DELETE ON {schema}.jobs TO {role};
 -- Enqueue only: EXECUTE on the SQL enqueue functions, which run as the schema's owner (SECURITY
 -- DEFINER) and do the checks, the job insert and the tenants' activation themselves. No
 -- privilege on any table: a producer can neither pick a schedule row's virtual time, weight or
--- state nor read or change jobs. The REVOKE takes back the table grants older fairq versions
--- gave this role (so give each kind its own role: it would take a worker's grants too).
+-- state nor read or change jobs. The REVOKE takes back any table grant the role held (so give
+-- each kind its own role: it would take a worker's grants too).
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT EXECUTE ON FUNCTION

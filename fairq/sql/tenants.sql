@@ -24,7 +24,7 @@ SET weight = excluded.weight, max_running = excluded.max_running, rate = exclude
 -- earned, capped by the new burst), and a tenant asleep in the future is woken by the next claim,
 -- which retires it again at the next token under the new rate if it must. Its open throttled
 -- interval is credited up to now under the old bucket, and goes on from now (under the new
--- one) while that bucket had no token yet (engine_v3.sql).
+-- one) while that bucket had no token yet (throttled_open, token_at).
 UPDATE {schema}.tenant_schedule ts
 SET weight = %(weight)s, max_running = %(max_running)s, rate = %(rate)s, burst = %(burst)s,
     tenant_group = %(group)s,

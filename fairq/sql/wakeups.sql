@@ -15,8 +15,8 @@ RETURNING ts.queue, ts.tenant;
 -- Maintenance safety net, run rarely: an idle tenant whose due job committed while a claimer
 -- was concluding it had none. O(idle tenants); the wake_at path above is the common one. A
 -- rate-limited tenant waiting for its next token (tenant_dry) is idle on purpose. It reads the
--- table: the idle-tenant indexes hold only tenants with a wake-up (migration 0013), and a
--- stranded tenant often has none.
+-- table: the idle-tenant indexes hold only tenants with a wake-up, and a stranded tenant
+-- often has none.
 UPDATE {schema}.tenant_schedule ts
 SET active = true, wake_at = NULL,
     vtime = {schema}.queue_vtime(ts.queue)

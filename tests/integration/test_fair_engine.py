@@ -327,10 +327,9 @@ def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
     holder_serves: the holder moves the tenant's vtime a window on, as a claim does; B still
     gets 10, not the one job a window measured from its older snapshot would allow.
     MultiXacts (a row locked or written in a subtransaction and then updated by its parent
-    needs one to keep both ids; engine v5's claim_wait made eleven per waiting claim of ten, one
-    on the tenant's row and one on each job; engine v7's wait_and_pick one, on the tenant's row,
-    locked in a subtransaction so that a tenant left without room could be given back): none.
-    The wait locks the row in the claim's own transaction (engine_v9.sql)."""
+    needs one to keep both ids; a wait that locked the tenant's row or its jobs in a
+    subtransaction would make one per row): none. The wait locks the row and the jobs in the
+    claim's own transaction (wait_and_pick)."""
     import psycopg
 
     from fairq import sql
@@ -434,7 +433,7 @@ def test_a_claim_retires_at_most_a_walks_worth_of_tenants_behind_its_stop(uncapp
     retires those without a due job. The stop is read from rows the walk locked, which a
     concurrent claim may have moved on since the snapshot, so it can lie far past where the
     walk was: the tenants taken as walked past are the 1,000 just before the stop (the walk's
-    own bound; engine_v10.sql reads them backwards from it), not every tenant before it.
+    own bound; claim_settle reads them backwards from it), not every tenant before it.
     1,500 active tenants without a job, a stop past all of them: the last 1,000 are retired by
     this claim, the rest by the next."""
     fill(uncapped, {f"t{i:04d}": 1 for i in range(1500)})

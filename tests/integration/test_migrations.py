@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,9 +18,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
 import fairq
-from fairq import App, migrate
+from fairq import migrate
 from fairq.config import sqlalchemy_url
-from fairq.policies import get_policy
 from fairq.schema import JOBS_STORAGE, build_metadata
 
 TABLES = {"alembic_version", "jobs", "periodic", "settings", "tenant_schedule", "tenants",
@@ -72,100 +72,46 @@ def reloptions(dsn: str, schema: str, table: str) -> dict[str, str]:
     return dict(opt.split("=", 1) for opt in (row[0] or []))
 
 
-def test_upgrade_downgrade_upgrade_round_trip(empty_dsn: str) -> None:
+def functions(dsn: str, schema: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT p.proname FROM pg_proc p JOIN pg_namespace n "
+                            "ON n.oid = p.pronamespace WHERE n.nspname = %s", (schema,)).fetchall()
+    return {r[0] for r in rows}
+
+
+# Every function the baseline creates: the ones the named statements and Python call, and the
+# ones those call (alembic/versions/0001_baseline/*.sql).
+FUNCTIONS = {"claim_fair", "claim_room", "claim_settle", "claim_terms", "eff_weight",
+             "effective_weight", "enqueue", "enqueue_many", "groups_due", "queue_vtime",
+             "refresh_groups", "tenant_dry", "tenant_tokens", "throttled_open", "throttled_total",
+             "token_at", "token_due", "wait_and_pick"}
+
+
+def test_baseline_up_down_up(empty_dsn: str) -> None:
+    """The baseline creates every table and function; its downgrade drops all it created
+    (alembic_version stays, empty), and it can run again."""
     migrate.upgrade(empty_dsn, "fairq")
     assert tables(empty_dsn, "fairq") == TABLES
+    assert functions(empty_dsn, "fairq") == FUNCTIONS
     migrate.downgrade(empty_dsn, "fairq")
     assert tables(empty_dsn, "fairq") <= {"alembic_version"}
+    assert functions(empty_dsn, "fairq") == set()
+    assert migrate.current(empty_dsn, "fairq") is None
     migrate.upgrade(empty_dsn, "fairq")
     assert tables(empty_dsn, "fairq") == TABLES
+    assert functions(empty_dsn, "fairq") == FUNCTIONS
     assert drift(empty_dsn, "fairq") == []
 
 
-def _function_body(dsn: str, name: str) -> str:
+def test_the_claim_inlines_the_effective_weight(dsn: str) -> None:
+    """effective_weight, the one definition of weight x group factor, is inlined where it is
+    called in a statement: the claim's walk pays no function call per tenant."""
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n "
-                           "ON n.oid = p.pronamespace WHERE n.nspname = 'fairq' "
-                           "AND p.proname = %s", (name,)).fetchone()
-    assert row is not None, name
-    return str(row[0])
-
-
-def _file_body(version: int, name: str) -> str:
-    """The body of ``name`` as fairq/sql/ddl/engine_v<version>.sql defines it."""
-    from fairq.schema import engine_functions_ddl
-
-    text = engine_functions_ddl("fairq", version)
-    start = text.index("$$", text.index(f'"fairq".{name}(')) + 2
-    return text[start:text.index("$$", start)]
-
-
-def test_a_step_back_from_0015_restores_the_wait_of_engine_v7(empty_dsn: str) -> None:
-    """Migration 0015 replaces wait_and_pick in place (engine_v9.sql); its downgrade puts
-    engine_v7.sql's back, and the upgrade after it v9's again."""
-    migrate.upgrade(empty_dsn, "fairq")
-    assert _function_body(empty_dsn, "wait_and_pick") == _file_body(9, "wait_and_pick")
-    migrate.downgrade(empty_dsn, "fairq", "0014")
-    assert _function_body(empty_dsn, "wait_and_pick") == _file_body(7, "wait_and_pick")
-    migrate.upgrade(empty_dsn, "fairq")
-    assert _function_body(empty_dsn, "wait_and_pick") == _file_body(9, "wait_and_pick")
-
-
-def test_a_step_back_from_0016_restores_the_enqueue_of_v1(empty_dsn: str) -> None:
-    """Migration 0016 replaces enqueue_many in place (enqueue_v2.sql); its downgrade puts
-    enqueue_v1.sql's back, and the upgrade after it v2's again."""
-    from fairq.schema import enqueue_functions_ddl
-
-    def file_body(version: int) -> str:
-        text = enqueue_functions_ddl("fairq", version)
-        start = text.index("$$", text.index('"fairq".enqueue_many(')) + 2
-        return text[start:text.index("$$", start)]
-
-    migrate.upgrade(empty_dsn, "fairq")
-    assert _function_body(empty_dsn, "enqueue_many") == file_body(2) != file_body(1)
-    migrate.downgrade(empty_dsn, "fairq", "0015")
-    assert _function_body(empty_dsn, "enqueue_many") == file_body(1)
-    migrate.upgrade(empty_dsn, "fairq")
-    assert _function_body(empty_dsn, "enqueue_many") == file_body(2)
-
-
-def test_a_step_back_from_0017_restores_the_settle_of_engine_v5(empty_dsn: str) -> None:
-    """Migration 0017 replaces claim_settle in place (engine_v10.sql); its downgrade puts
-    engine_v5.sql's back, and the upgrade after it v10's again (0020 replaces it once more)."""
-    migrate.upgrade(empty_dsn, "fairq", "0019")
-    assert _function_body(empty_dsn, "claim_settle") == _file_body(10, "claim_settle")
-    assert _file_body(10, "claim_settle") != _file_body(5, "claim_settle")
-    migrate.downgrade(empty_dsn, "fairq", "0016")
-    assert _function_body(empty_dsn, "claim_settle") == _file_body(5, "claim_settle")
-    migrate.upgrade(empty_dsn, "fairq", "0019")
-    assert _function_body(empty_dsn, "claim_settle") == _file_body(10, "claim_settle")
-
-
-def test_a_step_back_from_0020_restores_the_claim_and_settle_of_engine_v12_and_v10(
-        empty_dsn: str) -> None:
-    """Migration 0020 replaces claim_fair and claim_settle in place (engine_v13.sql); its
-    downgrade puts engine_v12.sql's claim_fair and engine_v10.sql's claim_settle back, and the
-    upgrade after it v13's again. A fair claim works at each step."""
-    def claims() -> int:
-        with App(empty_dsn, schema="fairq") as app:
-            app.enqueue("mig", tenant="t", queue="mig")
-            return len(app.store.claim(get_policy("weighted"), queue="mig", batch=4, worker="w"))
-
-    migrate.upgrade(empty_dsn, "fairq")
-    new = {n: _file_body(13, n) for n in ("claim_fair", "claim_settle")}
-    old = {"claim_fair": _file_body(12, "claim_fair"), "claim_settle": _file_body(10, "claim_settle")}
-    for n in new:
-        assert new[n] != old[n], n
-        assert _function_body(empty_dsn, n) == new[n], n
-    assert claims() == 1
-    migrate.downgrade(empty_dsn, "fairq", "0019")
-    for n in new:
-        assert _function_body(empty_dsn, n) == old[n], n
-    assert claims() == 1
-    migrate.upgrade(empty_dsn, "fairq")
-    for n in new:
-        assert _function_body(empty_dsn, n) == new[n], n
-    assert claims() == 1
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN VERBOSE SELECT fairq.effective_weight(ts.weight, (SELECT g.factor "
+            "FROM fairq.group_schedule g WHERE g.queue = ts.queue)) FROM fairq.tenant_schedule ts"
+        ).fetchall())
+    assert "Output: (ts.weight * COALESCE((SubPlan" in plan and "effective_weight" not in plan, plan
 
 
 def test_upgrade_is_idempotent(empty_dsn: str) -> None:
@@ -340,16 +286,41 @@ def test_worker_refuses_a_schema_that_was_never_migrated(empty_dsn: str) -> None
         app.close()
 
 
+LATER = '''"""a later migration, which changes nothing"""
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
+'''
+
+
 def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
-        empty_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
-    migrate.upgrade(empty_dsn, "fairq", "0001")
+        empty_dsn: str, caplog: pytest.LogCaptureFixture, tmp_path: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    migrate.upgrade(empty_dsn, "fairq")
+    # A fairq with one migration more (a copy of the migrations folder and a no-op 0002): to
+    # it, the schema at 0001 is an older revision.
+    later = tmp_path / "migrations"
+    shutil.copytree(migrate.migrations_dir(), later,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (later / "versions" / "0002_later.py").write_text(LATER)
+    monkeypatch.setattr(migrate, "migrations_dir", lambda: later)
     app = _noop_app(empty_dsn)
     try:
         error = _refusal(app)
         assert isinstance(error, fairq.ConfigurationError), error
         head = ScriptDirectory.from_config(migrate._config(None, "fairq")).get_current_head()
+        assert head == "0002"
         assert f"at fairq revision 0001, this fairq needs {head}: run `fairq migrate`" in str(error)
-        migrate.upgrade(empty_dsn, "fairq")
+        assert migrate.upgrade(empty_dsn, "fairq") == ("0001", "0002")
         app.worker(policy="fifo", listen=False).run(until_empty=True)  # at head: no complaint
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
             conn.execute("UPDATE fairq.alembic_version SET version_num = '9999_from_the_future'")

@@ -1,6 +1,6 @@
 """EXPLAIN guards in every statistics state, for every claim and finish statement and for the
-statements the engine's plpgsql functions run (queue_vtime, claim_share, claim_head, claim_wait,
-wait_and_pick, claim_settle).
+statements the engine's plpgsql functions run (claim_fair, wait_and_pick, claim_settle,
+queue_vtime, ...).
 
 tests/integration/test_claim_plans.py checks the claims on freshly analyzed databases. The plans must also
 hold in the states a real database passes through. Each state is a database of its own, copied
@@ -208,22 +208,20 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 
 
 # -- plans ----------------------------------------------------------------------------------
-# The engine's functions (fairq/sql/ddl/engine_v*.sql) are found in the database itself: a
-# statement auto_explain reports from inside one is labelled "function: its first words".
-ENGINE_FUNCTIONS = ("queue_vtime", "claim_share", "claim_head", "claim_wait", "wait_and_pick",
-                    "claim_settle", "eff_weight", "claim_terms", "groups_due", "due_after",
-                    "due_after_job", "claim_fair")
+# The engine's functions (alembic/versions/0001_baseline/*.sql) are found in the database
+# itself: a statement auto_explain reports from inside one is labelled "function: its first
+# words".
+ENGINE_FUNCTIONS = ("queue_vtime", "wait_and_pick", "claim_settle", "eff_weight", "claim_terms",
+                    "groups_due", "claim_fair")
 FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
-                 f"(SELECT count(*) FROM {SCHEMA}.claim_head(%(queue)s, 3)) AS head, "
-                 f"(SELECT count(*) FROM {SCHEMA}.claim_wait(%(queue)s, 3)) AS waited, "
                  f"(SELECT count(*) FROM {SCHEMA}.wait_and_pick(%(queue)s, 3, true, true)) AS picked, "
-                 # claim_settle's read back from a walk's stop, which only the claim statement of
-                 # the earlier release (up to migration 0018) asks for: a stop before every
-                 # tenant, so it reads nothing and retires nobody.
+                 # claim_settle's read back from a walk's stop, which no claim passes today
+                 # (claim_fair lists the tenants it went past): a stop before every tenant, so it
+                 # reads nothing and retires nobody.
                  f"{SCHEMA}.claim_settle(%(queue)s, false, NULL, '-Infinity', '', '{{}}', '{{}}', "
                  "'{}', '{}', '{}', '{}', '{}') AS settled, "
-                 # and its read of a short claim's reach, which the same statement asked for when
-                 # a claim came back short: a reach below every tenant, so it reads nothing.
+                 # and its read of a walk's reach when it walked every candidate (no claim passes
+                 # one either): a reach below every tenant, so it reads nothing.
                  f"{SCHEMA}.claim_settle(%(queue)s, true, '-Infinity', NULL, NULL, '{{}}', "
                  "'{}', '{}', '{}', '{}', '{}', '{}') AS settled_short")
 END_MARK = "SELECT 'plan-states: end of case'"
@@ -460,14 +458,12 @@ CASES = (
            reads=((s, "jobs_pkey"),) + (((s, "tenant_schedule_pkey"),) if s != "extend_leases" else ()),
            functions=("queue_vtime",) if s == "release_unstarted" else ())
       for s in FINISHES),
-    # queue_vtime on a queue whose every tenant is capped (its second query), claim_head directly
-    # (no claim calls it now; it stays for workers of the earlier release), claim_wait (the same)
-    # and wait_and_pick directly on a queue with jobs to pick (the held claim's finds none; here
-    # it takes the row and asks whether a due job is left after the last one it took).
+    # queue_vtime on a queue whose every tenant is capped (its second query) and wait_and_pick
+    # directly on a queue with jobs to pick (the held claim's finds none; here it takes the row
+    # and asks whether a due job is left after the last one it took).
     Case("functions", "functions", returned=1,
-         functions=("queue_vtime", "claim_head", "claim_wait", "wait_and_pick"),
-         reads=(("claim_head", "jobs_tenant_ready_idx"), ("claim_wait", "jobs_tenant_ready_idx"),
-                ("wait_and_pick", "jobs_tenant_ready_idx"),
+         functions=("queue_vtime", "wait_and_pick"),
+         reads=(("wait_and_pick", "jobs_tenant_ready_idx"),
                 ("queue_vtime", "tenant_schedule_capped_idx"))),
 )
 CASE = {c.name: c for c in CASES}
@@ -614,20 +610,20 @@ class Defect:
 _SUSPECTS = "claim_settle: suspects := suspects || array("
 DEFECTS = {
     "head-lookup": Defect(
-        "claim_head locks the tenant it waits for through tenant_schedule_runnable_idx with the "
+        "the wait locks the tenant it waits for through tenant_schedule_runnable_idx with the "
         "tenant as a non-leading column, not by tenant_schedule_pkey",
-        "claim_head (engine_v1.sql), `SELECT ts.ctid, ... FROM tenant_schedule ts WHERE ts.queue = q "
-        "AND ts.tenant = t AND ts.active AND ts.running < ts.max_running FOR NO KEY UPDATE OF ts`: "
+        "wait_and_pick, `SELECT ts.ctid, ... FROM tenant_schedule ts WHERE ts.queue = q AND "
+        "ts.tenant = t FOR NO KEY UPDATE OF ts` with a condition on active or running added: "
         "Index Scan of tenant_schedule_runnable_idx (queue, vtime, tenant), Index Cond ((queue = $1) "
         "AND (tenant = $10)): vtime comes first, so each lookup reads every runnable entry of the "
         "queue; never tenant_schedule_pkey. Planned so while tenant_schedule is small (~300 rows).",
-        lambda p: p.statement.startswith("claim_head:") and p.rule == "schedule-by-tenant-index"),
+        lambda p: p.statement.startswith("wait_and_pick:") and p.rule == "schedule-by-tenant-index"),
     "settle-wake-scan": Defect(
         "claim_settle wakes the claim's sleepers by a full scan of an index of idle tenants "
         "(tenant_schedule_due_idx or _wake_idx: every idle tenant of every queue) with ctid = ANY "
         "in a Filter, not a Tid Scan",
-        "claim_settle (engine_v1.sql), `UPDATE tenant_schedule ts SET active = true, wake_at = NULL, "
-        "vtime = v WHERE ts.ctid = ANY (w_rows) AND NOT ts.active`: Index Scan of "
+        "claim_settle, `UPDATE tenant_schedule ts SET active = true, wake_at = NULL, "
+        "vtime = v WHERE ts.ctid = ANY (sleeper_rows) AND NOT ts.active`: Index Scan of "
         "tenant_schedule_due_idx (or tenant_schedule_wake_idx) with no Index Cond, Filter ((NOT "
         "active) AND (ctid = ANY ($11))): the partial index of idle tenants is read whole (200 rows "
         "here), in every fair claim, sleepers or not.",
@@ -647,16 +643,15 @@ DEFECTS = {
         "claim_settle finds the runnable tenants at the stop's vtime before the stop's tenant "
         "through tenant_schedule_pkey (every tenant before it, vtime in a Filter), not the "
         "runnable index, when tenant_schedule's statistics say it holds one row",
-        "analyzed_one_tenant (one tenant's jobs, ANALYZE, then hundreds of tenants): claim_settle "
-        "(engine_v5.sql), `SELECT ts.tenant FROM tenant_schedule ts WHERE ts.queue = q AND "
-        "ts.active AND ts.running < ts.max_running AND ts.vtime = stop_v AND ts.tenant < stop_t "
-        "ORDER BY ts.tenant LIMIT 1000`: both indexes give the tenant order (vtime is fixed), and "
-        "the planner takes the primary key: Index Cond ((queue = $1) AND (tenant < $5)), Filter "
-        "(... vtime = $4), 202 rows removed, in every fair claim whose walk stopped. It lasts "
-        "until tenant_schedule's row count is renewed (a VACUUM). Fixed in engine_v10.sql: one range "
-        "`(vtime, tenant) < (stop_v, stop_t)` read backwards from the stop (a forward read of it "
-        "does not end at the stop on 15; ordering by (vtime, tenant) with `vtime = stop_v` "
-        "changed nothing, as the equality makes that key redundant to the planner).",
+        "analyzed_one_tenant (one tenant's jobs, ANALYZE, then hundreds of tenants): claim_settle, "
+        "a read of the tenants at the stop's vtime before the stop's tenant (`ts.vtime = "
+        "stop_vtime AND ts.tenant < stop_tenant ORDER BY ts.tenant LIMIT 1000`): both indexes give "
+        "the tenant order (vtime is fixed), and the planner takes the primary key: Index Cond "
+        "((queue = $1) AND (tenant < $5)), Filter (... vtime = $4), 202 rows removed. It lasts "
+        "until tenant_schedule's row count is renewed (a VACUUM). claim_settle reads one range "
+        "`(vtime, tenant) < (stop_vtime, stop_tenant)` backwards from the stop instead (a forward "
+        "read of it does not end at the stop on 15; ordering by (vtime, tenant) with `vtime = "
+        "stop_vtime` does not help, as the equality makes that key redundant to the planner).",
         lambda p: p.statement.startswith(_SUSPECTS) and p.rule in ("walk-index", "rows", "filtered")),
 }
 
@@ -680,14 +675,10 @@ def _expand(*entries: tuple[str, Sequence[str], Sequence[str], Sequence[str]]
     return out
 
 
-# Server major version -> (state, case, mode) -> the defects seen there. All three defects above
-# were seen at commit 0e0ea04 (head-lookup on 15 and 18 for the held claim in every state;
-# settle-wake-scan in generic plans of every analyzed state; fifo-tenants-filter on 15) and are
-# fixed since: claim_head and claim_fifo lock by the key alone, claim_settle writes by ctid alone.
-# The catalogue stays, so a regression is named when it comes back.
-# settle-stop-pkey: found by the analyzed_one_tenant state when it was added (2026-12-02), on 15
-# and 18, in every fair claim; fixed by engine_v10.sql (migration 0017), which reads the tenants
-# before the stop in one range backwards from it.
+# Server major version -> (state, case, mode) -> the defects seen there. None is seen today (the
+# wait and claim_fifo lock by the key alone, claim_settle writes by ctid alone and reads the
+# tenants before a stop in one range backwards from it); the catalogue names a regression when
+# one comes back.
 KNOWN: dict[int, dict[tuple[str, str, str], frozenset[str]]] = {}
 
 
@@ -729,23 +720,13 @@ def test_plan_holds(states: States, request: pytest.FixtureRequest, state: str, 
         raise KnownDefects(f"{sorted(found)}\n{listed}")
 
 
-def _statements() -> Iterator[str]:
-    """The packaged statements that take the schema alone (the others are not the claim path)."""
-    for name in sql.names():
-        try:
-            yield sql.statement(name, SCHEMA)
-        except KeyError:
-            continue
-
-
 def test_every_function_statement_is_checked(states: States) -> None:
     """The cases run every statement of every engine function (so each plan above is checked):
     the fair claims, the held claim (its short walk, wait_and_pick), release_unstarted and the
-    direct calls (queue_vtime's capped query, claim_head's later tenants, claim_wait and
-    wait_and_pick with jobs to pick, claim_settle's two reads for the earlier release's claim
-    statement) between them. A logged query counts, not a bare expression: claim_fair's `hi`
-    is text of every body that names it, and once made claim_settle's short-reach read look
-    run when nothing ran it."""
+    direct calls (queue_vtime's capped query, wait_and_pick with jobs to pick, claim_settle's
+    reads of a stop and of a reach, which no claim passes today) between them. A logged query
+    counts, not a bare expression: a bare name is text of every body that names it, and once
+    made claim_settle's reach read look run when nothing ran it."""
     dsn = states.dsn("fresh")
     with psycopg.connect(dsn) as conn:
         sources = function_sources(conn)
@@ -753,22 +734,14 @@ def test_every_function_statement_is_checked(states: States) -> None:
     for case in CASES:
         for x in run_case(dsn, case, "generic").logged:
             if x.function:
-                # Every function with this statement: claim_wait starts as claim_head does.
-                # Queries only: a bare expression ("hi") is in every body that names it.
+                # Every function with this statement. Queries only: a bare expression is in
+                # every body that names it.
                 for f, src in sources.items():
                     if _QUERY.search(x.text) and normal(x.text) in src:
                         seen.setdefault(f, set()).add(normal(x.text))
-    assert set(sources) >= {"queue_vtime", "claim_head", "claim_wait", "wait_and_pick",
-                            "claim_settle", "claim_fair"}, sources.keys()
-    # claim_share, due_after and due_after_job stay in the database for workers of an earlier
-    # release during a rolling upgrade; no statement or function of this one calls them
-    # (claim_fair sums the weights itself, and asks for a due job after the last one taken
-    # itself).
-    earlier = ("claim_share", "due_after", "due_after_job")
-    assert not any(f".{f}(" in text for f in earlier
-                   for text in (*_statements(), *sources.values()))
+    assert set(sources) == set(ENGINE_FUNCTIONS), sources.keys()
     missing = [f"{f}: {stmt[:160]}" for f, body in sources.items() for stmt in function_statements(body)
-               if f not in earlier and not any(text in stmt for text in seen.get(f, ()))]
+               if not any(text in stmt for text in seen.get(f, ()))]
     assert missing == [], "\n".join(missing)
 
 
@@ -786,7 +759,7 @@ TRIPS = [  # (rule, statement label, CTE, node)
                                  "Filter": "(tenant = c.tenant)"})),
     ("fifo-index", "claim_fair", "taken", _node(
         "Index Scan", **JOBS, **{"Index Name": "jobs_fifo_ready_idx", "Index Cond": "(queue = $1)"})),
-    ("tenant-not-in-index-cond", "claim_head", "", _node(
+    ("tenant-not-in-index-cond", "wait_and_pick", "", _node(
         "Index Only Scan", **JOBS, **{"Index Name": "jobs_tenant_ready_idx",
                                       "Index Cond": "(queue = $1)", "Filter": "(tenant = ts.tenant)"})),
     ("tenant-jobs-bitmap", "claim_settle: UPDATE", "", _node(
@@ -873,7 +846,7 @@ def test_guard_trips_without_index_scans(states: States, name: str) -> None:
     out = run_case(states.dsn("fresh"), case, "generic", extra=NO_INDEX_SCANS)
     problems = case_problems(case, "generic", out)
     tripped = {p.statement for p in problems if p.rule in ("seq-scan", "rows")}
-    # claim_fair's statements run inside its function (engine_v12.sql): "claim_fair: ..."
+    # claim_fair's statements run inside its function: "claim_fair: ..."
     assert any(t == case.statement or t.startswith(f"{case.statement}:") for t in tripped), problems
     if case.statement == "claim_fair":
         assert any(label.split(":")[0] in ENGINE_FUNCTIONS for label in tripped), problems
@@ -881,14 +854,15 @@ def test_guard_trips_without_index_scans(states: States, name: str) -> None:
     assert classify(problems)[1], "the scans must not pass for a catalogued defect"
 
 
-PICK = "claim_fair: ids := ARRAY(SELECT pj.id"  # weighted's pick (engine_v13.sql)
+PICK = "claim_fair: ids := ARRAY(SELECT pj.id"  # weighted's pick
 
 
 def test_guard_trips_on_the_old_fifo_index(states: States) -> None:
-    """Migration 0003's reason: with statistics never taken, the planner read a tenant's jobs
-    through the old jobs_fifo_ready_idx (status = 'queued'), filtering out every other tenant's
-    jobs. Restored (and the only index left to a tenant's jobs), the guard must see the whale's
-    5,000 jobs scanned past, in the claim and in claim_settle's probes."""
+    """Why jobs_fifo_ready_idx's predicate says ``cost > 0``: with statistics never taken, the
+    planner reads a tenant's jobs through an index of every queued job (status = 'queued'),
+    filtering out every other tenant's jobs. With such an index (and the only index left to a
+    tenant's jobs), the guard must see the whale's 5,000 jobs scanned past, in the claim and in
+    claim_settle's probes."""
     setup = [f"CREATE INDEX jobs_fifo_ready_old ON {SCHEMA}.jobs (queue, priority DESC, run_at, id) "
              "WHERE status = 'queued'",
              f"DROP INDEX {SCHEMA}.jobs_tenant_ready_idx"]
@@ -897,7 +871,7 @@ def test_guard_trips_on_the_old_fifo_index(states: States) -> None:
         out = run_case(states.dsn("never_analyzed"), case, mode, setup=setup)
         problems = case_problems(case, mode, out)
         keys = {p.key for p in problems}
-        # claim_fair's pick of a tenant's jobs (engine_v13.sql)
+        # claim_fair's pick of a tenant's jobs
         pick = [p for p in problems if p.statement.startswith(PICK)]
         assert {"tenant-jobs-index", "tenant-not-in-index-cond", "rows", "filtered"} <= {
             p.rule for p in pick}, (mode, keys)
@@ -913,8 +887,8 @@ def test_guard_trips_on_the_old_fifo_index(states: States) -> None:
 # the whole table, and a statement with no order to keep ("is a due job left after this one?")
 # looks cheapest as a Seq Scan expecting a match in its first rows. fairq's sessions turn Seq
 # Scans off (PLANNER_SETTINGS, fairq/store/pg.py), so its plans keep the index; without that
-# setting due_after's generic plan was a Seq Scan (in claim_bench's one-tenant database after
-# 36,000 claims: 2,390 buffers and 22 ms a claim, the claimed and finished jobs first in the heap).
+# setting the generic plan of "is a due job left after the last one taken" is a Seq Scan, over
+# the claimed and finished jobs first in the heap.
 SOLO = "solo"
 
 
@@ -983,9 +957,10 @@ def test_the_enqueue_reads_only_its_tenants(states: States, state: str, mode: st
     """A job for a busy tenant and one for a new tenant, through the SQL enqueue, in fairq's
     session settings (sorts off among them): no statement of it reads tenant_schedule beyond
     the chunk's tenants and the queue's first (the guards' row bounds; no Seq Scan), among
-    hundreds of tenants. enqueue_v1.sql's tenant lock read every tenant by primary key with
-    sorts off (308 and 708 rows here); enqueue_v2.sql locks them by key. In
-    analyzed_one_tenant queue_vtime, for the new tenant, read the whole queue with sorts on."""
+    hundreds of tenants. A lock of the chunk's tenants by a join ordered by tenant_schedule's
+    key reads every tenant by primary key with sorts off; enqueue_many locks each by its key.
+    In analyzed_one_tenant queue_vtime, for the new tenant, reads the whole queue with sorts
+    on."""
     problems: list[Problem] = []
     with session(states.dsn(state), mode) as (conn, notices, sources), \
             conn.transaction(force_rollback=True):

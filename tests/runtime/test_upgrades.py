@@ -14,6 +14,7 @@ import pytest
 import fairq
 from fairq import migrate
 from fairq.cli import main
+from fairq.policies import get_policy
 
 HEAD = migrate._script().get_current_head()
 
@@ -28,28 +29,33 @@ def version(dsn: str) -> str | None:
     return migrate.current(dsn, "fairq")
 
 
-def test_migrate_says_created_upgraded_or_nothing_to_do(
+def test_migrate_says_created_or_nothing_to_do(
         capsys: pytest.CaptureFixture[str], empty_dsn: str) -> None:
     code, out, _ = run(capsys, "--dsn", empty_dsn, "migrate")
     assert code == 0 and f"created fairq's tables at revision {HEAD}" in out, out
     code, out, _ = run(capsys, "--dsn", empty_dsn, "migrate")
     assert code == 0 and f"already at fairq revision {HEAD}: nothing to do" in out, out
-    migrate.downgrade(empty_dsn, "fairq", "0001")
+    migrate.downgrade(empty_dsn, "fairq", "base")  # fairq's tables gone: created again
+    assert version(empty_dsn) is None
     code, out, _ = run(capsys, "--dsn", empty_dsn, "migrate")
-    assert code == 0 and f"upgraded from revision 0001 to {HEAD}" in out, out
+    assert code == 0 and f"created fairq's tables at revision {HEAD}" in out, out
     assert version(empty_dsn) == HEAD
 
 
-def test_status_lists_what_an_upgrade_would_apply(
+def test_status_lists_the_chain_in_order(
         capsys: pytest.CaptureFixture[str], empty_dsn: str) -> None:
-    code, out, _ = run(capsys, "--dsn", empty_dsn, "migrate", "--status")
-    assert code == 0 and "none (no fairq tables)" in out and "0001" in out, out
-    migrate.upgrade(empty_dsn, "fairq", "0001")
+    script = migrate._script()
+    chain = [r.revision for r in reversed(list(script.walk_revisions()))]
+    assert chain[0] == "0001" and chain[-1] == HEAD
     code, out, _ = run(capsys, "--dsn", empty_dsn, "migrate", "--status", "--json")
     st = json.loads(out)
-    assert st["current"] == "0001" and st["head"] == HEAD
-    assert st["pending"][0][0] == "0002" and st["pending"][-1][0] == HEAD
-    assert version(empty_dsn) == "0001"  # --status changed nothing
+    assert st["current"] is None and st["head"] == HEAD
+    assert [rev for rev, _ in st["pending"]] == chain
+    assert st["pending"][0][1].startswith("baseline:")
+    code, out, _ = run(capsys, "--dsn", empty_dsn, "migrate", "--status")
+    assert code == 0 and "none (no fairq tables)" in out, out
+    assert [line.split()[0] for line in out.splitlines() if line.startswith("  ")] == chain
+    assert version(empty_dsn) is None  # --status changed nothing
     migrate.upgrade(empty_dsn, "fairq")
     code, out, _ = run(capsys, "--dsn", empty_dsn, "migrate", "--status")
     assert code == 0 and "up to date: nothing to do" in out, out
@@ -57,17 +63,33 @@ def test_status_lists_what_an_upgrade_would_apply(
 
 def test_sql_is_the_upgrade_from_the_current_revision_and_applies(
         capsys: pytest.CaptureFixture[str], empty_dsn: str) -> None:
-    migrate.upgrade(empty_dsn, "fairq", "0002")
     code, out, _ = run(capsys, "--dsn", empty_dsn, "migrate", "--sql")
     assert code == 0
-    assert "Running upgrade 0002 -> 0003" in out
-    assert "Running upgrade  -> 0001" not in out and "CREATE TABLE fairq.jobs" not in out
-    assert version(empty_dsn) == "0002"  # printed, not run
+    assert f"Running upgrade  -> {HEAD}" in out and "CREATE TABLE fairq.jobs" in out
+    assert "CREATE FUNCTION \"fairq\".claim_fair(" in out
+    assert version(empty_dsn) is None  # printed, not run
     with psycopg.connect(empty_dsn, autocommit=True) as conn:  # what a DBA would run with psql
         conn.execute(out.encode())
     assert version(empty_dsn) == HEAD
     code, out, _ = run(capsys, "--dsn", empty_dsn, "migrate", "--sql")
-    assert code == 0 and "nothing to upgrade" in out and "ALTER" not in out
+    assert code == 0 and "nothing to upgrade" in out and "CREATE" not in out
+    with fairq.App(empty_dsn) as app:  # the schema the SQL made works
+        app.enqueue("t", tenant="a")
+        assert len(app.store.claim(get_policy("weighted"), queue="default", batch=2,
+                                   worker="w")) == 1
+
+
+def test_a_revision_this_fairq_does_not_know_is_one_line(
+        capsys: pytest.CaptureFixture[str], empty_dsn: str) -> None:
+    """A schema at a revision this fairq does not know (a newer fairq's, or one a development
+    build wrote before the baseline) is left alone, with one line saying why."""
+    migrate.upgrade(empty_dsn, "fairq")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE fairq.alembic_version SET version_num = '0020'")
+    code, out, err = run(capsys, "--dsn", empty_dsn, "migrate")
+    assert code == 1 and out == "", out
+    assert err.count("\n") == 1 and "at fairq revision '0020', which this fairq" in err, err
+    assert version(empty_dsn) == "0020"
 
 
 def test_sql_from_an_unknown_revision_is_a_usage_error(

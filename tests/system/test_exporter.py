@@ -20,7 +20,7 @@ from fairq.exporter import (
     keep_queues,
     keep_tenants,
 )
-from fairq.models import TenantConfig
+from fairq.models import GroupConfig, TenantConfig
 from fairq.policies import get_policy
 from fairq.store import Store
 from tests.support.observability import enqueue, fetch, promtool_check, samples
@@ -102,8 +102,9 @@ def test_fairness_over_the_window(store: Store, collector: DatabaseCollector) ->
 
 
 def test_fairness_maths() -> None:
-    def row(t: str, w: float, runnable: int = 5) -> TenantRow:
-        return TenantRow("q", t, w, 10, 0, 0, runnable, runnable, 1.0)
+    def row(t: str, w: float, runnable: int = 5) -> TenantRow:  # no groups: weight as is
+        return TenantRow("q", t, w, 10, 0, 0, runnable, runnable, 1.0,
+                         effective_weight=w if runnable else None)
 
     rows = [row("a", 2.0), row("b", 1.0), row("idle", 1.0, runnable=0)]
     jain, err = fairness(rows, {("q", "a"): 20, ("q", "b"): 10, ("q", "idle"): 0})["q"]
@@ -264,3 +265,23 @@ def test_fairq_exporter_command_serves_metrics_and_health(store: Store, dsn: str
     finally:
         proc.terminate()
         assert proc.wait(timeout=15) == 0
+
+
+def test_effective_weights_come_from_the_database(store: Store,
+                                                  collector: DatabaseCollector) -> None:
+    """Each backlogged tenant's weight times its group's factor over the queue's backlogged
+    tenants of the group (effective_weight); none for a tenant with nothing runnable."""
+    store.set_group(GroupConfig("gold", 3.0))
+    store.set_tenants([TenantConfig("a", 2.0, 10, group="gold"),
+                       TenantConfig("b", 1.0, 10, group="gold"),
+                       TenantConfig("later", 4.0, 10, group="gold"),
+                       TenantConfig("c", 0.5, 10)])
+    for t in ("a", "b", "c"):
+        enqueue(store, t, 2)
+    enqueue(store, "later", 2, delay=3600)  # nothing runnable: not backlogged
+    rows, _, _ = collector._query()
+    weights = {r.tenant: r.effective_weight for r in rows}
+    assert weights["later"] is None
+    assert weights["a"] == pytest.approx(2.0 * 3.0 / 3.0)
+    assert weights["b"] == pytest.approx(1.0 * 3.0 / 3.0)
+    assert weights["c"] == pytest.approx(0.5 * 1.0 / 0.5)

@@ -1,20 +1,22 @@
--- The SQL enqueue, version 2 (migration 0016): enqueue_many locks its chunk's tenants by key in
--- an order sorted from the chunk, not by reading tenant_schedule's primary key in order.
--- {schema} is the quoted schema name, {channel} the schema's NOTIFY channel as a literal. This
--- file replaces enqueue_many (enqueue_v1.sql), same signature, arguments and result; enqueue
--- and the grants stay as enqueue_v1.sql made them (CREATE OR REPLACE keeps a function's
--- privileges). Never edit it once released; a change is a new file and a new migration.
+-- Enqueue in SQL: the one implementation of enqueueing, for every client. Python's
+-- App.enqueue / enqueue_many call enqueue_many; any other language calls
+--     SELECT {schema}.enqueue(task => 'send_report', tenant => 'acme', payload => '{"report": 7}');
+-- inside its own transaction. {schema} is the quoted schema name, {channel} the NOTIFY channel
+-- of the schema as a literal.
 --
--- enqueue_v1.sql locked the chunk's existing tenants with `tenant_schedule JOIN per_tenant
--- ORDER BY ts.queue, ts.tenant FOR KEY SHARE`. fairq's sessions plan with sorts off (a walk of
--- the runnable index must never become "read the queue's tenants by primary key, then sort",
--- fairq/store/pg.py), and under that setting the planner read the whole primary key in order
--- rather than sort the chunk's few tenants: one job enqueued among 20,000 tenants read 344
--- buffers in 14 ms, against 22 buffers in 1 ms with sorts on. Here the chunk's tenants are
--- sorted (a handful of rows: no other way to order them) and each row is locked by its key,
--- whatever the setting. Everything else is enqueue_v1.sql's.
+-- SECURITY DEFINER, with a fixed search_path: the producer role gets EXECUTE on these two and
+-- nothing on the tables (docs/roles.md), so it can enqueue but can neither write a schedule
+-- row's virtual time nor pick a tenant's weight. EXECUTE is revoked from PUBLIC below.
+--
+-- Bad input raises SQLSTATE FQ001 (fairq's own code: class FQ, "invalid input") with a one-line
+-- message naming the argument, before anything is written.
 
-CREATE OR REPLACE FUNCTION {schema}.enqueue_many(
+-- Enqueue many jobs in one call; returns their ids in input order. `tenants` and `payloads`
+-- have one element per job; every other array has one element per job or a single element
+-- that every job shares (NULL: the default). `delays` are seconds added to the database clock,
+-- for jobs without a run_at. A job whose `keys` element is set is not inserted while a job
+-- with the same task and key is queued or running: that job's id is returned instead.
+CREATE FUNCTION {schema}.enqueue_many(
     tasks text[], tenants text[], payloads jsonb[] DEFAULT NULL, queues text[] DEFAULT NULL,
     run_ats timestamptz[] DEFAULT NULL, delays float8[] DEFAULT NULL,
     priorities int[] DEFAULT NULL, costs float8[] DEFAULT NULL,
@@ -183,9 +185,10 @@ BEGIN
             ON CONFLICT (queue, tenant) DO NOTHING
             RETURNING ts.queue
         ),
-        -- The chunk's tenants locked in (queue, tenant) order, each by its key (v2): the
-        -- order is sorted from the chunk's few tenants, never read from tenant_schedule's
-        -- primary key.
+        -- The chunk's tenants locked in (queue, tenant) order, each by its key: the order is
+        -- sorted from the chunk's few tenants, never read from tenant_schedule's primary key,
+        -- which the planner reads whole in order when the session plans with sorts off, as
+        -- fairq's sessions do.
         seen AS MATERIALIZED (
             SELECT x.queue, x.tenant, x.active, x.wake_at
             FROM (SELECT p.queue, p.tenant FROM per_tenant p ORDER BY p.queue, p.tenant) p
@@ -250,3 +253,24 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Enqueue one job; returns its id (or, with a key, the id of the live job with this task and
+-- key). The defaults are App.enqueue's for a task it does not know.
+CREATE FUNCTION {schema}.enqueue(
+    task text, tenant text, payload jsonb DEFAULT '{}', queue text DEFAULT 'default',
+    run_at timestamptz DEFAULT NULL, priority int DEFAULT 0, cost float8 DEFAULT 1,
+    max_attempts int DEFAULT 5, lease_seconds int DEFAULT 300, key text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ({schema}.enqueue_many(
+        tasks => ARRAY[task], tenants => ARRAY[tenant], payloads => ARRAY[payload],
+        queues => ARRAY[coalesce(queue, 'default')], run_ats => ARRAY[run_at],
+        priorities => ARRAY[coalesce(priority, 0)], costs => ARRAY[coalesce(cost, 1)],
+        max_attempts => ARRAY[coalesce(max_attempts, 5)],
+        lease_seconds => ARRAY[coalesce(lease_seconds, 300)], keys => ARRAY[key]))[1]
+$$;
+
+REVOKE EXECUTE ON FUNCTION {schema}.enqueue_many(text[], text[], jsonb[], text[], timestamptz[],
+    float8[], int[], float8[], int[], int[], text[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION {schema}.enqueue(text, text, jsonb, text, timestamptz, int, float8,
+    int, int, text) FROM PUBLIC;
