@@ -48,10 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import claim_plans as cp
 from fairq import migrate
-from fairq.maintenance import DEFAULT_VACUUM_INTERVAL, MaintenanceSchedule, ScheduleVacuum
 from fairq.policies import get_policy
+from fairq.runtime.maintenance import DEFAULT_VACUUM_INTERVAL, MaintenanceSchedule, ScheduleVacuum
 from fairq.store import Store
-from fairq.store.pg import planner_options
+from fairq.store.planner import planner_options
 
 POLICIES = ("fifo", "round_robin", "weighted", "drr")
 # Substrings that tell the claim statements apart in pg_stat_statements' normalised text.

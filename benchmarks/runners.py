@@ -29,8 +29,8 @@ from fairq.app import App
 from fairq.job import Job
 from fairq.models import ClaimedJob
 from fairq.policies import get_policy
-from fairq.probe import PARAM_TYPES, to_prepare
 from fairq.runtime import Slots, StoreFactory, Worker, WorkerSettings, describe_error
+from fairq.store.monitor import PARAM_TYPES, to_prepare
 
 HERE = Path(__file__).resolve().parent
 LAB = HERE / "lab"  # verbatim copies of the design's lab/rr.sql and lab/schema.sql

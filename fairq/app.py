@@ -20,8 +20,8 @@ from fairq.observe import NullObserver, WorkerObserver
 from fairq.store import Store
 
 if TYPE_CHECKING:
-    from fairq.periodic import Periodic
     from fairq.runtime import Worker
+    from fairq.runtime.periodic import Periodic
     from fairq.store.aio import AsyncStore
 
 Handler = Callable[..., Any]
@@ -150,14 +150,14 @@ class Tenants:
     def reset(self, tenant: str) -> bool:
         """Drop the tenant's own weight and cap (the defaults apply from the next claim), as
         removing it from a tenants file does not. Returns whether it had settings of its own."""
-        from fairq import ops
+        from fairq.admin import ops
 
         return ops.reset_tenant(self._app.store, tenant)
 
     def delete(self, tenant: str) -> bool:
         """Forget the tenant (settings and schedule); ``InvalidInput`` while it has queued or
         running jobs. Returns whether fairq knew it."""
-        from fairq import ops
+        from fairq.admin import ops
 
         return ops.delete_tenant(self._app.store, tenant)
 
@@ -170,7 +170,7 @@ class Tenants:
     def apply(self, source: str | Any) -> builtins.list[TenantConfig]:
         """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing.
         Without a ``[defaults]`` table the defaults stay as they are."""
-        from fairq.tenant_config import load_tenant_file_with_groups
+        from fairq.admin.tenant_file import load_tenant_file_with_groups
 
         load_tenant_file_with_groups(source)  # a bad file: refused before any query
         defaults, tenants, groups = load_tenant_file_with_groups(
@@ -338,7 +338,7 @@ class App:
         seconds first): ``@app.periodic(cron=..., tenant=...)`` above ``@app.task``, or
         ``app.periodic(task, cron=..., tenant=...)``. One schedule per (name, tenant); ``name``
         defaults to the task's. Workers enqueue each tick once (docs/getting-started.md)."""
-        from fairq import periodic as p
+        from fairq.runtime import periodic as p
 
         def declare(t: Task | str) -> Task | str:
             if not isinstance(t, Task | str):
@@ -542,7 +542,7 @@ class App:
              task: str | None = None, queue: str | None = None,
              limit: int = 100) -> list[JobInfo]:
         """Jobs matching every filter given, newest first, at most ``limit``."""
-        from fairq import ops
+        from fairq.admin import ops
 
         return ops.jobs(self.store, status=status, tenant=tenant, task=task, queue=queue,
                         limit=limit)
@@ -551,7 +551,7 @@ class App:
               limit: int = 1000) -> list[int]:
         """Queue failed (or cancelled) jobs again, due now, attempts reset: the ``ids`` given,
         or with ``failed=True`` up to ``limit`` failed jobs (of ``tenant``). Returns the ids."""
-        from fairq import ops
+        from fairq.admin import ops
 
         return ops.retry(self.store, ids, failed=failed, tenant=tenant, limit=limit)
 
@@ -559,7 +559,7 @@ class App:
                       limit: int = 100_000) -> int:
         """Cancel a tenant's queued jobs (of ``queue``, or all) in one statement, up to
         ``limit``; running jobs finish. Returns how many were cancelled."""
-        from fairq import ops
+        from fairq.admin import ops
 
         return ops.cancel_tenant(self.store, tenant, queue=queue, limit=limit)
 

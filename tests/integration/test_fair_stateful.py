@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from support.policy_model import ModelJob, QueueModel
 
 from fairq.models import NewJob, TenantConfig
 from fairq.policies import get_policy
-from fairq.policies.model import ModelJob, QueueModel
 from fairq.store import Store
 
 TENANTS = ["a", "b", "c", "d"]

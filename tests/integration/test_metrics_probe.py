@@ -12,8 +12,8 @@ from support import pgcluster
 from support.observability import enqueue, promtool_check, samples
 
 from fairq import migrate
+from fairq.metrics.probe import PGSS, SAMPLED, ClaimProbe, statement_prefix
 from fairq.policies import get_policy
-from fairq.probe import PGSS, SAMPLED, ClaimProbe, statement_prefix
 from fairq.store import Store
 
 

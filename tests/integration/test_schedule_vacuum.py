@@ -8,8 +8,8 @@ import psycopg
 import pytest
 from support.fairtools import fill, sql_rows
 
-from fairq.maintenance import ScheduleVacuum
 from fairq.policies import get_policy
+from fairq.runtime.maintenance import ScheduleVacuum
 from fairq.store import Store
 
 

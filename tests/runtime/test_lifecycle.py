@@ -19,9 +19,9 @@ import pytest
 from support.paths import REPO, SUPPORT
 
 import fairq
-from fairq.maintenance import DueWaker, MaintenanceSchedule, Pruner, Reaper
 from fairq.observe import NullObserver
 from fairq.policies import get_policy
+from fairq.runtime.maintenance import DueWaker, MaintenanceSchedule, Pruner, Reaper
 from fairq.store import Store
 
 SCHEMA = "fairq"

@@ -19,7 +19,7 @@ from support.paths import REPO
 
 import fairq
 from fairq.cli import build_parser
-from fairq.health import DEFAULT_METRICS_PORT, LIVE_PATH, READY_PATH
+from fairq.metrics.health import DEFAULT_METRICS_PORT, LIVE_PATH, READY_PATH
 
 ROOT = REPO
 DEPLOY = ROOT / "deploy"

@@ -15,7 +15,7 @@ from support.observability import enqueue, fetch, promtool_check, samples
 from support.paths import REPO
 from support.prom import free_port
 
-from fairq.exporter import (
+from fairq.metrics.exporter import (
     DatabaseCollector,
     TenantRow,
     build_registry,

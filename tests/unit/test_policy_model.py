@@ -1,6 +1,6 @@
 """Pure unit tests of the scheduling maths (no database): the reference model and the fairness
 measures. Each test checks a property that follows from the algorithm's definition (see
-``fairq/policies/model.py``), not the model's own arithmetic on constants."""
+``tests/support/policy_model.py``), not the model's own arithmetic on constants."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from support.policy_model import ModelJob, ModelTenant, QueueModel
 
 from fairq.errors import InvalidInput
 from fairq.policies import get_policy
 from fairq.policies.fairness import jain_index, max_share_error
-from fairq.policies.model import ModelJob, ModelTenant, QueueModel
 
 FAIR = ["round_robin", "weighted", "drr"]
 UNCAPPED = 10**6
