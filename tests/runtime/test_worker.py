@@ -566,7 +566,7 @@ def test_finishes_skip_the_wal_flush_unless_durable(dsn: str, pooler: bool) -> N
         w = app.worker(policy=POLICY, durable_finishes=durable)
         try:
             for store, expected in ((w.finish_store, want), (w.store, server)):
-                with store._tx() as cur:
+                with store.cursor() as cur:
                     cur.execute("SHOW synchronous_commit")
                     assert cur.fetchone() == {"synchronous_commit": expected}
         finally:
