@@ -117,8 +117,9 @@ class AsyncStore:
             if row is not None:
                 return TenantConfig(**row)
             await cur.execute(self.statement("get_defaults"))
-            d = await cur.fetchone()
-        weight, max_running = (float(d["weight"]), int(d["max_running"])) if d else (1.0, 10)
+            defaults = await cur.fetchone()
+        weight, max_running = ((float(defaults["weight"]), int(defaults["max_running"]))
+                               if defaults else (1.0, 10))
         return TenantConfig(tenant, weight, max_running, configured=False)
 
     async def list_tenants(self, connection: Any = None) -> list[TenantConfig]:

@@ -14,7 +14,7 @@ from fairq.models import NewJobColumns
 CHUNK = 5000  # jobs per enqueue round trip
 
 
-def _shared(column: Sequence[Any]) -> list[Any]:
+def _one_if_all_equal(column: Sequence[Any]) -> list[Any]:
     """``[value]`` if every element of ``column`` is ``value``, else the whole column as a list."""
     values = list(column)
     return values[:1] if values and values.count(values[0]) == len(values) else values
@@ -28,17 +28,17 @@ def enqueue_params(jobs: NewJobColumns) -> dict[str, Any]:
     A column whose jobs all share one value goes as that one value (see the statement).
     """
     return {
-        "queues": _shared(jobs.queues),
+        "queues": _one_if_all_equal(jobs.queues),
         "tenants": jobs.tenants,
-        "tasks": _shared(jobs.tasks),
+        "tasks": _one_if_all_equal(jobs.tasks),
         "payloads": jobs.payloads_json,
-        "priorities": _shared(jobs.priorities),
-        "costs": [float(c) for c in _shared(jobs.costs)],
-        "run_ats": _shared(jobs.run_ats),
-        "max_attempts": _shared(jobs.max_attempts),
-        "leases": _shared(jobs.lease_seconds),
-        "delays": [None if d is None else float(d) for d in _shared(jobs.delays)],
-        "keys": _shared(jobs.keys) if jobs.keys else None,
+        "priorities": _one_if_all_equal(jobs.priorities),
+        "costs": [float(c) for c in _one_if_all_equal(jobs.costs)],
+        "run_ats": _one_if_all_equal(jobs.run_ats),
+        "max_attempts": _one_if_all_equal(jobs.max_attempts),
+        "leases": _one_if_all_equal(jobs.lease_seconds),
+        "delays": [None if d is None else float(d) for d in _one_if_all_equal(jobs.delays)],
+        "keys": _one_if_all_equal(jobs.keys) if jobs.keys else None,
     }
 
 

@@ -1,8 +1,8 @@
 """The sync store: fairq's database operations on one schema, one method per operation.
 
 Every method is one short transaction (autocommit, or the caller's own transaction for
-enqueue), so no transaction stays open while a handler runs; how a session is set up and a
-cursor obtained is ``store.sessions``'.
+enqueue), so no transaction stays open while a handler runs. The sessions it runs on, their
+settings and the cursor of each operation are ``StoreSessions``' (``store.sessions``).
 """
 
 from __future__ import annotations
@@ -43,18 +43,18 @@ class Store(StoreSessions):
     # -- producers ----------------------------------------------------------------------
     def enqueue(self, jobs: Sequence[NewJob] | NewJobColumns, connection: Any = None) -> list[int]:
         """Insert ``jobs`` (one round trip per chunk); in ``connection``'s transaction if given."""
-        cols = jobs if isinstance(jobs, NewJobColumns) else NewJobColumns.of(jobs)
+        columns = jobs if isinstance(jobs, NewJobColumns) else NewJobColumns.of(jobs)
         ids: list[int] = []
         if connection is not None:
             conn = connection_for(connection)
             with conn.cursor() as cur:
-                for start in range(0, len(cols), CHUNK):
-                    ids.extend(self._enqueue_chunk(cur, cols.chunk(start, start + CHUNK)))
+                for start in range(0, len(columns), CHUNK):
+                    ids.extend(self._enqueue_chunk(cur, columns.chunk(start, start + CHUNK)))
             return ids
         # All chunks or none; the timeouts apply too: a locked table must not hang producers.
-        with self.cursor(atomic=len(cols) > CHUNK) as cur:
-            for start in range(0, len(cols), CHUNK):
-                ids.extend(self._enqueue_chunk(cur, cols.chunk(start, start + CHUNK)))
+        with self.cursor(atomic=len(columns) > CHUNK) as cur:
+            for start in range(0, len(columns), CHUNK):
+                ids.extend(self._enqueue_chunk(cur, columns.chunk(start, start + CHUNK)))
         return ids
 
     def _enqueue_chunk(self, cur: psycopg.Cursor[Any], jobs: NewJobColumns) -> list[int]:
@@ -324,16 +324,16 @@ class Store(StoreSessions):
                 cur.execute(self.statement("expire_group_factors"))
             if defaults is not None:
                 rate, burst = (defaults[2], defaults[3]) if len(defaults) == 4 else (None, None)
-                d = {"weight": defaults[0], "max_running": defaults[1], "rate": rate,
-                     "burst": burst}
-                cur.execute(self.statement("set_defaults"), d)
+                default_row = {"weight": defaults[0], "max_running": defaults[1], "rate": rate,
+                               "burst": burst}
+                cur.execute(self.statement("set_defaults"), default_row)
             for t in sorted(tenants, key=lambda t: t.tenant):
-                p = {"tenant": t.tenant, "weight": t.weight, "max_running": t.max_running,
-                     "rate": t.rate, "burst": t.burst, "group": t.group}
-                cur.execute(self.statement("upsert_tenant"), p)
-                cur.execute(self.statement("sync_tenant_schedule"), p)
+                tenant_row = {"tenant": t.tenant, "weight": t.weight, "max_running": t.max_running,
+                              "rate": t.rate, "burst": t.burst, "group": t.group}
+                cur.execute(self.statement("upsert_tenant"), tenant_row)
+                cur.execute(self.statement("sync_tenant_schedule"), tenant_row)
             if defaults is not None:
-                cur.execute(self.statement("sync_default_tenants"), d)
+                cur.execute(self.statement("sync_default_tenants"), default_row)
 
     def set_group(self, group: GroupConfig) -> None:
         """Create or reweigh a tenant group; every queue's next claim recomputes the factors."""

@@ -1,5 +1,5 @@
 """The planner settings every fairq session runs under: generic plans, and no plan shape that
-reads a whole table (docs/algorithm.md). A direct connection gets them at connect time (libpq
+reads a whole table. A direct connection gets them at connect time (libpq
 ``options``), a session behind a transaction-mode pooler per transaction."""
 
 from __future__ import annotations
