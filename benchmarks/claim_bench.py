@@ -46,10 +46,10 @@ from psycopg.conninfo import make_conninfo
 
 from benchmarks import claim_plans as cp
 from fairq import migrate
-from fairq.maintenance import DEFAULT_VACUUM_INTERVAL, MaintenanceSchedule, ScheduleVacuum
 from fairq.policies import get_policy
+from fairq.runtime.maintenance import DEFAULT_VACUUM_INTERVAL, MaintenanceSchedule, ScheduleVacuum
 from fairq.store import Store
-from fairq.store.pg import planner_options
+from fairq.store.planner import planner_options
 
 POLICIES = ("fifo", "round_robin", "weighted", "drr")
 # Substrings that tell the claim statements apart in pg_stat_statements' normalised text.
@@ -101,7 +101,7 @@ RATED = "+rate"
 
 def set_rate_limits(store: Store, queue: str, on: bool) -> None:
     """Every tenant of ``queue`` limited to 1,000,000 jobs/s (burst as many), or unlimited."""
-    with store._tx() as cur:  # a benchmark's own set-up, as the loader writes its rows
+    with store.cursor() as cur:  # a benchmark's own set-up, as the loader writes its rows
         cur.execute("UPDATE fairq.tenant_schedule SET rate = %(r)s, burst = %(b)s, tokens = NULL, "
                     "refilled_at = NULL WHERE queue = %(q)s",
                     {"r": 1e6 if on else None, "b": 1_000_000 if on else None, "q": queue})
@@ -119,7 +119,7 @@ GROUPED = "+groups"
 
 def set_groups(store: Store, queue: str, on: bool) -> None:
     """The queue's tenants alternately in groups g3 (weight 3) and g1 (weight 1), or none."""
-    with store._tx() as cur:  # a benchmark's own set-up, as the loader writes its rows
+    with store.cursor() as cur:  # a benchmark's own set-up, as the loader writes its rows
         cur.execute("DELETE FROM fairq.group_schedule")
         cur.execute("DELETE FROM fairq.tenant_groups")
         if on:

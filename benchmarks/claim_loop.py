@@ -77,7 +77,7 @@ def drain(dsn: str, policy: str, args: argparse.Namespace) -> dict[str, Any]:
         while True:
             if args.vacuum_every > 0 and time.monotonic() - vacuumed >= args.vacuum_every:
                 with st.pool.connection() as conn:  # the worker's own statement
-                    conn.execute(st.q("vacuum_tenant_schedule"))
+                    conn.execute(st.statement("vacuum_tenant_schedule"))
                 vacuumed = time.monotonic()
             params = p.claim_params(queue="default", batch=args.batch, worker="claim_loop")
             with st.pool.connection() as conn:

@@ -85,7 +85,7 @@ def run_shape(admin: str, shape: tuple[int, int], policies: list[str], batch: in
             while True:
                 if time.monotonic() - vacuumed >= 1.0:
                     with st.pool.connection() as conn:
-                        conn.execute(st.q("vacuum_tenant_schedule"))
+                        conn.execute(st.statement("vacuum_tenant_schedule"))
                     vacuumed = time.monotonic()
                 k = rounds % len(policies)
                 got: dict[str, list[tuple[int, int]]] = {}

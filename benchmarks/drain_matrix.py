@@ -724,7 +724,7 @@ def server_time(conn: Any) -> dict[str, float]:
 
 def nested_time(conn: Any, jobs: int, top: int = 15) -> list[dict[str, Any]]:
     """The nested statements with the most execution time since the reset, this database only:
-    the engine functions' own statements (claim_settle's, due_after's...), which the top-level
+    the engine functions' own statements (claim_settle's, wait_and_pick's...), which the top-level
     figures hold inside their callers' time. Per 1,000 jobs; the text's first 100 characters."""
     rows = conn.execute(
         "SELECT regexp_replace(query, '\\s+', ' ', 'g'), total_exec_time, calls, "

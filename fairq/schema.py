@@ -79,7 +79,7 @@ def _versions_dir() -> Traversable:
 def functions_ddl(schema: str) -> list[str]:
     """The SQL creating fairq's functions in ``schema``, one text per file of FUNCTION_FILES:
     ``{schema}`` is the quoted schema name, ``{channel}`` the schema's NOTIFY channel
-    (``fairq.store.pg.channel_for``) as a literal."""
+    (``fairq.store.listen.channel_for``) as a literal."""
     name = validate_schema_name(schema)
     base = _versions_dir()
     texts = []

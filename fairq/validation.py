@@ -13,7 +13,7 @@ from fairq.errors import InvalidInput
 
 MAX_NAME = 200  # tenant, queue and task names (characters)
 # Payload limits, checked at enqueue (docs/reliability.md), the same in the SQL enqueue
-# (fairq/sql/ddl/enqueue_v2.sql). The depth is the nesting of arrays and objects (a scalar is
+# (alembic/versions/0001_baseline/enqueue.sql). The depth is the nesting of arrays and objects (a scalar is
 # depth 0, ``[]`` and ``{}`` depth 1): far below the ~1,000 levels at which Python's json module
 # raises RecursionError, so every accepted payload decodes in the worker. The size is of the JSON
 # text as UTF-8.

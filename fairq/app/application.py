@@ -21,8 +21,8 @@ from fairq.observe import NullObserver, WorkerObserver
 from fairq.store import Store
 
 if TYPE_CHECKING:
-    from fairq.periodic import Periodic
     from fairq.runtime import Worker
+    from fairq.runtime.periodic import Periodic
     from fairq.store.aio import AsyncStore
 
 R = TypeVar("R")
@@ -200,7 +200,7 @@ class App:
         seconds first): ``@app.periodic(cron=..., tenant=...)`` above ``@app.task``, or
         ``app.periodic(task, cron=..., tenant=...)``. One schedule per (name, tenant); ``name``
         defaults to the task's. Workers enqueue each tick once (docs/getting-started.md)."""
-        from fairq import periodic as p
+        from fairq.runtime import periodic as p
 
         def declare(t: Declared) -> Declared:
             if not isinstance(t, Task | str):
@@ -334,7 +334,7 @@ class App:
              task: str | None = None, queue: str | None = None,
              limit: int = 100) -> list[JobInfo]:
         """Jobs matching every filter given, newest first, at most ``limit``."""
-        from fairq import ops
+        from fairq.admin import ops
 
         return ops.jobs(self.store, status=status, tenant=tenant, task=task, queue=queue,
                         limit=limit)
@@ -343,7 +343,7 @@ class App:
               limit: int = 1000) -> list[int]:
         """Queue failed (or cancelled) jobs again, due now, attempts reset: the ``ids`` given,
         or with ``failed=True`` up to ``limit`` failed jobs (of ``tenant``). Returns the ids."""
-        from fairq import ops
+        from fairq.admin import ops
 
         return ops.retry(self.store, ids, failed=failed, tenant=tenant, limit=limit)
 
@@ -351,7 +351,7 @@ class App:
                       limit: int = 100_000) -> int:
         """Cancel a tenant's queued jobs (of ``queue``, or all) in one statement, up to
         ``limit``; running jobs finish. Returns how many were cancelled."""
-        from fairq import ops
+        from fairq.admin import ops
 
         return ops.cancel_tenant(self.store, tenant, queue=queue, limit=limit)
 

@@ -78,14 +78,14 @@ class Tenants:
     def reset(self, tenant: str) -> bool:
         """Drop the tenant's own weight and cap (the defaults apply from the next claim), as
         removing it from a tenants file does not. Returns whether it had settings of its own."""
-        from fairq import ops
+        from fairq.admin import ops
 
         return ops.reset_tenant(self._app.store, tenant)
 
     def delete(self, tenant: str) -> bool:
         """Forget the tenant (settings and schedule); ``InvalidInput`` while it has queued or
         running jobs. Returns whether fairq knew it."""
-        from fairq import ops
+        from fairq.admin import ops
 
         return ops.delete_tenant(self._app.store, tenant)
 
@@ -98,7 +98,7 @@ class Tenants:
     def apply(self, source: str | Any) -> builtins.list[TenantConfig]:
         """Apply a TOML file (path or parsed dict): validated whole first, then all-or-nothing.
         Without a ``[defaults]`` table the defaults stay as they are."""
-        from fairq.tenant_config import load_tenant_file_with_groups
+        from fairq.admin.tenant_file import load_tenant_file_with_groups
 
         load_tenant_file_with_groups(source)  # a bad file: refused before any query
         defaults, tenants, groups = load_tenant_file_with_groups(

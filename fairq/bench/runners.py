@@ -33,8 +33,8 @@ from fairq.bench.scenarios import Scenario
 from fairq.job import Job
 from fairq.models import ClaimedJob
 from fairq.policies import get_policy
-from fairq.probe import PARAM_TYPES, to_prepare
 from fairq.runtime import Slots, StoreFactory, Worker, WorkerSettings, describe_error
+from fairq.store.monitor import PARAM_TYPES, to_prepare
 
 __all__ = ["RR_POLICY", "run", "run_fairq"]
 

@@ -64,7 +64,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fairq import exporter
+    from fairq.metrics import exporter
     from fairq.policies import DEFAULT_POLICY
 
     dsn, schema = resolve(args)

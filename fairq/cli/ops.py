@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    from fairq.ops import DEFAULT_RETRY_LIMIT, STATUSES
+    from fairq.admin.ops import DEFAULT_RETRY_LIMIT, STATUSES
 
     j = sub.add_parser("jobs", parents=[common], help="list jobs (newest first)",
                        description="List jobs, newest first, filtered by status, tenant, task "

@@ -27,7 +27,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fairq.cli.worker import load_app_for
-    from fairq.periodic import describe
+    from fairq.runtime.periodic import describe
 
     app = load_app_for(args, args.app)
     try:

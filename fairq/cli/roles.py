@@ -28,7 +28,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fairq import roles
+    from fairq.admin import roles
     from fairq.cli._common import check_connection, resolve
     from fairq.config import resolve_schema
 

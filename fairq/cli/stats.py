@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    from fairq.stats import DEFAULT_TIMEOUT_MS, DEFAULT_WINDOW_S
+    from fairq.metrics.stats import DEFAULT_TIMEOUT_MS, DEFAULT_WINDOW_S
 
     p = sub.add_parser(
         "stats", parents=[common],
@@ -32,7 +32,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fairq.stats import HEADERS, RIGHT, table_rows, tenant_stats
+    from fairq.metrics.stats import HEADERS, RIGHT, table_rows, tenant_stats
 
     with open_app(args) as app:
         stats = tenant_stats(app, window_s=args.window, queue=args.queue,

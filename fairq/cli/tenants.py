@@ -125,7 +125,7 @@ def run_set(args: argparse.Namespace) -> int:
 
 
 def run_apply(args: argparse.Namespace) -> int:
-    from fairq.tenant_config import load_tenant_file
+    from fairq.admin.tenant_file import load_tenant_file
 
     load_tenant_file(args.file)  # bad file: exit 2 before connecting to anything
     with open_app(args) as app:

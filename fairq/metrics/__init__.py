@@ -1,9 +1,13 @@
-"""Worker metrics for Prometheus, with bounded label values, and the /metrics + /healthz server.
+"""What fairq tells Prometheus and operators: the workers' metrics with bounded label values, the
+/metrics and health server, and the database-side reads of the exporter and ``fairq stats``.
 
 One job per module: ``fold`` (which tenants, queues and tasks keep series of their own),
-``hist`` (the histogram accumulator), ``observer`` (the worker's ``PrometheusObserver``),
-``server`` (the HTTP server), ``checks`` (health checks), ``start`` (what ``fairq worker
---metrics-port`` installs). The names below are the package's public interface.
+``hist`` (the histogram accumulator), ``fresh_series`` (new series start at zero),
+``observer`` (the worker's ``PrometheusObserver``), ``server`` (the HTTP server), ``checks`` and
+``health`` (health checks and the worker's health paths), ``start`` (what ``fairq worker
+--metrics-port`` installs), ``exporter`` (``fairq exporter``'s database gauges), ``probe``
+(planning vs execution time of the claims), ``stats`` (``fairq stats``). The names below are the
+package's public interface; ``exporter``, ``probe`` and ``stats`` are imported by their callers.
 """
 
 from fairq.metrics.checks import all_of, db_check

@@ -37,8 +37,8 @@ from prometheus_client.core import (
     Metric,
 )
 
-from fairq.fresh_series import FreshSeries
 from fairq.metrics.fold import ENV_MAX_TENANTS, TenantFold, max_tenants_from_env
+from fairq.metrics.fresh_series import FreshSeries
 from fairq.metrics.hist import Hist
 from fairq.metrics.server import MetricsServer, serve
 from fairq.models import ClaimedJob

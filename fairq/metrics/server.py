@@ -44,7 +44,7 @@ def serve(port: int, host: str = "0.0.0.0", health: Callable[[], bool] | None = 
           registry: CollectorRegistry | None = None,
           checks: Mapping[str, Callable[[], bool]] | None = None) -> MetricsServer:
     """Serve ``registry`` on /metrics and ``health`` on /healthz (200 ok / 503 unhealthy), and
-    each of ``checks`` (path -> check) likewise (see fairq.health).
+    each of ``checks`` (path -> check) likewise (see fairq.metrics.health).
 
     ``port=0`` picks a free port (see ``MetricsServer.port``). A health callable that raises
     counts as unhealthy. A port in use is ``InvalidInput`` naming it.

@@ -18,9 +18,9 @@ def start_worker_metrics(app: App, *, host: str = "0.0.0.0", port: int = 0,
     """What ``fairq worker --metrics-port`` installs: an observer plus its server.
 
     /livez is 200 while the worker loop turns, database or not; /readyz and /healthz are 200
-    while it reaches the database and a ``SELECT 1`` answers (see fairq.health).
+    while it reaches the database and a ``SELECT 1`` answers (see fairq.metrics.health).
     """
-    from fairq.health import worker_checks
+    from fairq.metrics.health import worker_checks
 
     observer = PrometheusObserver(max_tenants=max_tenants)
     checks = worker_checks(observer, db_check(app.dsn))

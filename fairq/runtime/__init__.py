@@ -6,9 +6,16 @@
 - ``heartbeats``: lease extensions on their own thread and connection;
 - ``drain``: the graceful stop and the end of ``run(until_empty=True)``;
 - ``settings``: the worker's checked options, the factory of its connections, its pools;
-- ``state``: what the threads share, and the small types they pass.
+- ``state``: what the threads share, and the small types they pass;
+- ``maintenance``: the services every worker runs (reaper, wakers, rebase, pruner, vacuum,
+  periodic scheduler), one worker per interval doing each;
+- ``periodic``: periodic schedules (the cron maths, ``fairq periodic list``);
+- ``listener``: LISTEN/NOTIFY wake-ups on a thread of their own;
+- ``signals``: SIGTERM and SIGINT relayed to a thread of their own;
+- ``failure_log``: one rate-limited WARNING line per handler failure.
 
-It never imports the app or the CLI (``.importlinter``): ``App.worker`` hands it the pieces.
+It never imports the app, the metrics or the CLI (the layers contract in ``.importlinter``):
+``App.worker`` hands it the pieces.
 """
 
 from fairq.runtime.loop import Worker

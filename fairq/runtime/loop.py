@@ -21,9 +21,14 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from fairq.errors import InvalidInput
-from fairq.failure_log import FailureLog
-from fairq.listener import Listener
-from fairq.maintenance import (
+from fairq.models import ClaimedJob
+from fairq.observe import NullObserver, WorkerObserver
+from fairq.runtime.drain import MIN_WAKE_SECONDS, Drain
+from fairq.runtime.failure_log import FailureLog
+from fairq.runtime.finisher import Finisher
+from fairq.runtime.heartbeats import Heartbeats
+from fairq.runtime.listener import Listener
+from fairq.runtime.maintenance import (
     DueWaker,
     MaintenanceSchedule,
     PeriodicScheduler,
@@ -34,16 +39,11 @@ from fairq.maintenance import (
     StrandedWaker,
     VtimeRebase,
 )
-from fairq.models import ClaimedJob
-from fairq.observe import NullObserver, WorkerObserver
-from fairq.periodic import Periodic
-from fairq.runtime.drain import MIN_WAKE_SECONDS, Drain
-from fairq.runtime.finisher import Finisher
-from fairq.runtime.heartbeats import Heartbeats
+from fairq.runtime.periodic import Periodic
 from fairq.runtime.settings import StoreFactory, WorkerSettings, WorkerStores
+from fairq.runtime.signals import SignalRelay
 from fairq.runtime.slots import Slots, TaskHandler
 from fairq.runtime.state import Shared, WorkerStats, log
-from fairq.signals import SignalRelay
 from fairq.store import Store
 from fairq.store.errors import (
     DatabaseError,
@@ -53,7 +53,7 @@ from fairq.store.errors import (
     PoolTimeout,
     QueryCanceled,
 )
-from fairq.store.pg import channel_for
+from fairq.store.listen import channel_for
 
 GATHER_SECONDS = 0.002  # see Worker._gather
 
@@ -211,7 +211,7 @@ class Worker:
         return services
 
     def _on_signal(self, signum: int) -> None:
-        """On the signal relay's thread, not in the handler (see fairq.signals)."""
+        """On the signal relay's thread, not in the handler (see fairq.runtime.signals)."""
         log.info("signal %d: stopping (in-flight jobs get %.0fs); again to exit now",
                  signum, self.grace_period)
         self.stop()

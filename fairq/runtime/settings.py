@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from fairq import validation as v
 from fairq.errors import InvalidInput
-from fairq.maintenance import DEFAULT_VACUUM_INTERVAL
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.policies import DEFAULT_POLICY, Policy, get_policy
+from fairq.runtime.maintenance import DEFAULT_VACUUM_INTERVAL
 from fairq.runtime.state import log
 from fairq.store import Store
 from fairq.store.errors import InsufficientPrivilege, OperationalError

@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from fairq.failure_log import FailureLog
 from fairq.job import Job
 from fairq.models import ClaimedJob, UndecodablePayload
 from fairq.results import encode_result
+from fairq.runtime.failure_log import FailureLog
 from fairq.runtime.state import Completion, Running, Shared, describe_error
 from fairq.store import Store
 

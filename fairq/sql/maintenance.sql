@@ -1,4 +1,4 @@
--- The workers' maintenance (fairq/maintenance.py) that is not a job's lifecycle: the lease that
+-- The workers' maintenance (fairq/runtime/maintenance.py) that is not a job's lifecycle: the lease that
 -- lets one worker per interval run a service, the VACUUM of the scheduler's hot table and the
 -- check that decides it, and the rebase of virtual times. {schema} is the quoted schema
 -- identifier; the rest are bound parameters.

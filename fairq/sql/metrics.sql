@@ -1,5 +1,5 @@
--- Read-only statements of the metrics side: the claim probe (fairq/probe.py), the database
--- exporter (fairq/exporter.py) and the health checks, all run by the store's monitoring part
+-- Read-only statements of the metrics side: the claim probe (fairq/metrics/probe.py), the database
+-- exporter (fairq/metrics/exporter.py) and the health checks, all run by the store's monitoring part
 -- (fairq/store/monitor.py). Workers never run these on their claim path. Every read but the
 -- health check's SELECT 1 runs under a statement timeout.
 

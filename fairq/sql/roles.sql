@@ -1,5 +1,5 @@
 -- Least-privilege grants (docs/roles.md), run by the owner of fairq's schema after each
--- `fairq migrate`. Rendered by fairq/roles.py: {schema} and the role placeholders are quoted
+-- `fairq migrate`. Rendered by fairq/admin/roles.py: {schema} and the role placeholders are quoted
 -- identifiers. Each block is one statement group; run them with `fairq roles --apply` or print
 -- them with `fairq roles --print`.
 

@@ -1,5 +1,5 @@
 -- Settings of fairq's own sessions. On a direct connection the same settings are given once
--- at connect time (libpq options, see fairq.store.pg.planner_options).
+-- at connect time (libpq options, see fairq.store.planner.planner_options).
 
 -- name: label_session
 -- Behind a pooler this lands on whichever server connection serves it: it only labels.

@@ -1,4 +1,4 @@
--- Tenant wake-ups, run by the workers' maintenance (fairq/maintenance.py): an idle tenant
+-- Tenant wake-ups, run by the workers' maintenance (fairq/runtime/maintenance.py): an idle tenant
 -- becomes runnable again at the current virtual time of its queue. {schema} is the quoted schema
 -- identifier; the rest are bound parameters.
 

@@ -1,5 +1,5 @@
 """The store's asyncio part: the producers' and readers' operations (enqueue, a job, cancel,
-tenants) for async code, with the same named statements as ``store.pg``.
+tenants) for async code, with the same named statements as the sync ``Store`` (``store.pg``).
 
 With ``connection=`` (a psycopg ``AsyncConnection``, a SQLAlchemy ``AsyncConnection`` or
 ``AsyncSession``) the statement runs in the caller's transaction, so the job commits or rolls
@@ -10,7 +10,6 @@ first use in the running event loop.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
@@ -20,48 +19,10 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from fairq import sql
-from fairq.errors import InvalidInput
 from fairq.models import JobInfo, NewJobColumns, TenantConfig
-from fairq.store.pg import (
-    CHUNK,
-    PLAN_CACHE_MODE,
-    PLANNER_SETTINGS,
-    _invalid_input,
-    enqueue_params,
-    planner_options,
-)
-
-
-async def async_connection_for(obj: Any) -> psycopg.AsyncConnection[Any]:
-    """The psycopg ``AsyncConnection`` behind a psycopg, SQLAlchemy ``AsyncConnection`` or
-    ``AsyncSession``: writing through it joins the caller's transaction."""
-    if isinstance(obj, psycopg.AsyncConnection):
-        return obj
-    if isinstance(obj, psycopg.Connection):
-        raise InvalidInput("the async API takes a psycopg AsyncConnection; for a Connection "
-                           "use the plain methods (enqueue, enqueue_many)")
-    # Looked up on the type: AsyncConnection.connection is a property that raises.
-    if inspect.iscoroutinefunction(getattr(type(obj), "connection", None)):  # AsyncSession
-        obj = await obj.connection()
-    if inspect.iscoroutinefunction(getattr(type(obj), "get_raw_connection", None)):
-        # a SQLAlchemy AsyncConnection
-        get_raw = obj.get_raw_connection
-        in_tx = getattr(obj, "in_transaction", None)
-        if callable(in_tx) and not in_tx():
-            # A SQLAlchemy connection only commits what it knows it began: begin now so the
-            # caller's commit() / rollback() covers the job written underneath.
-            await obj.begin()
-        raw = await get_raw()
-        driver = getattr(raw, "driver_connection", None)
-        if isinstance(driver, psycopg.AsyncConnection):
-            return driver
-        name = type(driver).__module__.split(".")[0]
-        raise InvalidInput(f"connection= needs SQLAlchemy's psycopg (3) driver, not {name}: create "
-                           "the engine with create_async_engine('postgresql+psycopg://...')")
-    raise InvalidInput(
-        "connection= takes a psycopg AsyncConnection, a SQLAlchemy AsyncConnection or an "
-        f"AsyncSession using the psycopg driver, not {type(obj).__name__}"
-    )
+from fairq.store.caller_connection import async_connection_for
+from fairq.store.enqueue import CHUNK, as_invalid_input, enqueue_params
+from fairq.store.planner import PLAN_CACHE_MODE, PLANNER_SETTINGS, planner_options
 
 
 class AsyncStore:
@@ -84,7 +45,8 @@ class AsyncStore:
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def q(self, name: str) -> str:
+    def statement(self, name: str) -> str:
+        """The text of the named statement ``name`` for this store's schema."""
         return sql.statement(name, self.schema)
 
     async def _get_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
@@ -115,7 +77,7 @@ class AsyncStore:
                 return
             # Behind a transaction pooler: the timeouts as SET LOCAL, in a transaction of its own.
             async with conn.transaction():
-                await conn.execute(self.q("transaction_settings"), {
+                await conn.execute(self.statement("transaction_settings"), {
                     **self._timeouts, "synchronous_commit": None,
                     "plan_cache_mode": PLAN_CACHE_MODE, **PLANNER_SETTINGS})
                 yield conn
@@ -129,37 +91,38 @@ class AsyncStore:
             async with conn.transaction() if atomic else nullcontext(), conn.cursor() as cur:
                 for start in range(0, len(jobs), CHUNK):
                     try:
-                        await cur.execute(self.q("enqueue"),
+                        await cur.execute(self.statement("enqueue"),
                                           enqueue_params(jobs.chunk(start, start + CHUNK)))
                     except psycopg.Error as exc:
-                        raise _invalid_input(exc) from None
+                        raise as_invalid_input(exc) from None
                     row = await cur.fetchone()
                     ids.extend(list(row[0] or []) if row else [])
         return ids
 
     async def get_job(self, job_id: int, connection: Any = None) -> JobInfo | None:
         async with self._conn(connection) as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(self.q("get_job"), {"id": job_id})
+            await cur.execute(self.statement("get_job"), {"id": job_id})
             row = await cur.fetchone()
         return JobInfo(**row) if row else None
 
     async def cancel(self, job_id: int, connection: Any = None) -> bool:
         async with self._conn(connection) as conn, conn.cursor() as cur:
-            await cur.execute(self.q("cancel"), {"id": job_id})
+            await cur.execute(self.statement("cancel"), {"id": job_id})
             return await cur.fetchone() is not None
 
     async def get_tenant(self, tenant: str, connection: Any = None) -> TenantConfig:
         async with self._conn(connection) as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(self.q("get_tenant"), {"tenant": tenant})
+            await cur.execute(self.statement("get_tenant"), {"tenant": tenant})
             row = await cur.fetchone()
             if row is not None:
                 return TenantConfig(**row)
-            await cur.execute(self.q("get_defaults"))
-            d = await cur.fetchone()
-        weight, max_running = (float(d["weight"]), int(d["max_running"])) if d else (1.0, 10)
+            await cur.execute(self.statement("get_defaults"))
+            defaults = await cur.fetchone()
+        weight, max_running = ((float(defaults["weight"]), int(defaults["max_running"]))
+                               if defaults else (1.0, 10))
         return TenantConfig(tenant, weight, max_running, configured=False)
 
     async def list_tenants(self, connection: Any = None) -> list[TenantConfig]:
         async with self._conn(connection) as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(self.q("list_tenants"))
+            await cur.execute(self.statement("list_tenants"))
             return [TenantConfig(**r) for r in await cur.fetchall()]

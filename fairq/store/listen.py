@@ -1,7 +1,7 @@
 """The store's LISTEN session: one dedicated autocommit connection that waits for the wake-ups
 the enqueue statement sends at commit (``NOTIFY`` on the schema's channel, the queue name as
 payload). LISTEN needs a session of its own, so it must not go through a transaction-mode
-pooler. What to do with a wake-up, and reconnecting, are the runtime's (fairq.listener)."""
+pooler. What to do with a wake-up, and reconnecting, are the runtime's (fairq.runtime.listener)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,11 @@ from types import TracebackType
 
 import psycopg
 from psycopg import sql as pgsql
+
+
+def channel_for(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema: wake-ups carry the queue name only."""
+    return f"fairq_{schema}"
 
 
 class Notifications:

@@ -50,8 +50,8 @@ def tenant_stats(store: Store, *, window_s: float, queue: str | None,
     params: dict[str, Any] = {"window": float(window_s), "queue": queue}
     with store.pool.connection() as conn, conn.transaction(), \
             conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(store.q("stats_timeouts"), {"timeout_ms": str(timeout_ms)})
-        cur.execute(store.q("tenant_stats"), params)
+        cur.execute(store.statement("stats_timeouts"), {"timeout_ms": str(timeout_ms)})
+        cur.execute(store.statement("tenant_stats"), params)
         return cur.fetchall()
 
 
@@ -78,7 +78,8 @@ class MonitorSession:
         self._conn: psycopg.Connection[Any] | None = None
         self._prepared: set[str] = set()  # this session's prepared statements
 
-    def q(self, name: str) -> str:
+    def statement(self, name: str) -> str:
+        """The text of the named statement ``name`` for this session's schema."""
         return sql.statement(name, self.schema)
 
     def connect(self) -> bool:
@@ -119,20 +120,20 @@ class MonitorSession:
         table's statistics (None when PostgreSQL has none)."""
         conn = self._session()
         with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(self.q("metrics_timeouts"),
+            cur.execute(self.statement("metrics_timeouts"),
                         {"statement_ms": str(timeout_ms), "lock_ms": str(timeout_ms)})
-            cur.execute(self.q("exporter_tenants"))
+            cur.execute(self.statement("exporter_tenants"))
             tenants = cur.fetchall()
-            cur.execute(self.q("exporter_expired_leases"))
+            cur.execute(self.statement("exporter_expired_leases"))
             leases = {r["queue"]: int(r["expired"]) for r in cur.fetchall()}
-            cur.execute(self.q("exporter_jobs_table"), {"schema": self.schema})
+            cur.execute(self.statement("exporter_jobs_table"), {"schema": self.schema})
             table = cur.fetchone()
         return tenants, leases, table
 
     # -- the claim probe: pg_stat_statements ------------------------------------------------------
     def pgss_status(self) -> tuple[bool, str, str]:
         """(created in this database, shared_preload_libraries, track_planning)."""
-        row = self._session().execute(self.q("pgss_status")).fetchone()
+        row = self._session().execute(self.statement("pgss_status")).fetchone()
         if not row:
             return False, "", "off"
         return bool(row[0]), str(row[1]), str(row[2])
@@ -141,7 +142,7 @@ class MonitorSession:
         """Cumulative (calls, plans, planning ms, execution ms) of the named statement in this
         database, as pg_stat_statements counts them."""
         row = self._session().execute(
-            self.q("pgss_claim_stats"),
+            self.statement("pgss_claim_stats"),
             {"prefix": statement_prefix(statement, self.schema)}).fetchone()
         return (float(row[0]), float(row[1]), float(row[2]), float(row[3])) if row else None
 
@@ -158,7 +159,7 @@ class MonitorSession:
     # -- the claim probe: a sampled EXPLAIN ---------------------------------------------------
     def probe_queue(self) -> str:
         """The queue with the most runnable tenants ('default' when there is none)."""
-        row = self._session().execute(self.q("probe_queue")).fetchone()
+        row = self._session().execute(self.statement("probe_queue")).fetchone()
         return str(row[0]) if row else "default"
 
     def explain_claim(self, statement: str, params: dict[str, Any], *, statement_timeout_ms: int,
@@ -181,12 +182,12 @@ class MonitorSession:
         explain = pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {}({})").format(
             pgsql.Identifier(name), pgsql.SQL(", ").join(pgsql.Literal(params[p]) for p in order))
         with conn.transaction(force_rollback=True):
-            conn.execute(self.q("metrics_timeouts"),
+            conn.execute(self.statement("metrics_timeouts"),
                          {"statement_ms": str(statement_timeout_ms),
                           "lock_ms": str(lock_timeout_ms)})
             row = conn.execute(explain).fetchone()
         if not row:
             return None, None
         plan = row[0][0] if isinstance(row[0], list) else row[0]
-        counts = conn.execute(self.q("prepared_plan_counts"), {"name": name}).fetchone()
+        counts = conn.execute(self.statement("prepared_plan_counts"), {"name": name}).fetchone()
         return plan, (int(counts[0]), int(counts[1])) if counts else None

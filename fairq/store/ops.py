@@ -28,8 +28,8 @@ def list_jobs(store: Store, *, status: str | None = None, tenant: str | None = N
               task: str | None = None, queue: str | None = None,
               limit: int = 100) -> list[JobInfo]:
     """Jobs matching every filter given, newest first, at most ``limit``."""
-    with store._tx() as cur:
-        cur.execute(store.q("list_jobs"), {"status": status, "tenant": tenant, "task": task,
+    with store.cursor() as cur:
+        cur.execute(store.statement("list_jobs"), {"status": status, "tenant": tenant, "task": task,
                                            "queue": queue, "limit": limit})
         return [_job(r) for r in cur.fetchall()]
 
@@ -38,8 +38,8 @@ def retry(store: Store, ids: list[int] | None, *, tenant: str | None = None,
           limit: int = 1000) -> list[int]:
     """Failed or cancelled jobs (``ids``, or with None up to ``limit`` failed ones, optionally
     of ``tenant``) queued again, due now, attempts reset; returns the ids retried."""
-    with store._tx() as cur:
-        cur.execute(store.q("retry_jobs"), {"ids": ids, "tenant": tenant, "limit": limit,
+    with store.cursor() as cur:
+        cur.execute(store.statement("retry_jobs"), {"ids": ids, "tenant": tenant, "limit": limit,
                                             "channel": store.channel})
         return [int(r["id"]) for r in cur.fetchall()]
 
@@ -47,8 +47,8 @@ def retry(store: Store, ids: list[int] | None, *, tenant: str | None = None,
 def cancel_tenant(store: Store, tenant: str, *, queue: str | None = None,
                   limit: int = 100_000) -> int:
     """Cancel up to ``limit`` of ``tenant``'s queued jobs in one statement; returns how many."""
-    with store._tx() as cur:
-        cur.execute(store.q("cancel_tenant"), {"tenant": tenant, "queue": queue, "limit": limit})
+    with store.cursor() as cur:
+        cur.execute(store.statement("cancel_tenant"), {"tenant": tenant, "queue": queue, "limit": limit})
         return len(cur.fetchall())
 
 
@@ -56,10 +56,10 @@ def reset_tenant(store: Store, tenant: str) -> bool:
     """Drop ``tenant``'s own weight, cap, rate limit and group: the defaults apply from the next
     claim. Returns whether it had settings of its own."""
     weight, max_running, rate, burst = store.get_tenant_defaults()
-    with store._tx(atomic=True) as cur:
-        cur.execute(store.q("delete_tenant_config"), {"tenant": tenant})
+    with store.cursor(atomic=True) as cur:
+        cur.execute(store.statement("delete_tenant_config"), {"tenant": tenant})
         had = cur.fetchone() is not None
-        cur.execute(store.q("sync_tenant_to_defaults"),
+        cur.execute(store.statement("sync_tenant_to_defaults"),
                     {"tenant": tenant, "weight": weight, "max_running": max_running,
                      "rate": rate, "burst": burst})
     return had
@@ -68,20 +68,20 @@ def reset_tenant(store: Store, tenant: str) -> bool:
 def delete_tenant(store: Store, tenant: str) -> bool:
     """Forget ``tenant``: its settings and its schedule rows. Refused (``InvalidInput``,
     nothing changed) while it has queued or running jobs. Returns whether fairq knew it."""
-    with store._tx(atomic=True) as cur:
-        cur.execute(store.q("delete_tenant_schedule"), {"tenant": tenant})
+    with store.cursor(atomic=True) as cur:
+        cur.execute(store.statement("delete_tenant_schedule"), {"tenant": tenant})
         scheduled = bool(cur.fetchall())
-        cur.execute(store.q("tenant_jobs_pending"), {"tenant": tenant})
+        cur.execute(store.statement("tenant_jobs_pending"), {"tenant": tenant})
         row = cur.fetchone() or {"queued": 0, "running": 0}
         if row["queued"] or row["running"]:
             raise InvalidInput(
                 f"tenant {tenant!r} has {row['queued']} queued and {row['running']} running "
                 f"job(s): cancel them first (fairq cancel --tenant {tenant}) and let the running "
                 "ones finish")
-        cur.execute(store.q("delete_tenant_config"), {"tenant": tenant})
+        cur.execute(store.statement("delete_tenant_config"), {"tenant": tenant})
         configured = cur.fetchone() is not None
-    with store._tx() as cur:
-        cur.execute(store.q("restore_tenant_schedule"), {"tenant": tenant})
+    with store.cursor() as cur:
+        cur.execute(store.statement("restore_tenant_schedule"), {"tenant": tenant})
     return scheduled or configured
 
 

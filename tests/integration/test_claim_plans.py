@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from benchmarks import claim_plans as cp
-from fairq.store.pg import planner_options
+from fairq.store.planner import planner_options
 from tests.conftest import create_database, drop_database, dsn_for_db
 
 SMALL, BIG = 10, 100_000

@@ -274,7 +274,7 @@ def test_claim_that_waited_for_held_tenant_rows_claims_with_exact_counts(
     import psycopg
 
     from fairq import sql
-    from fairq.store.pg import planner_options
+    from fairq.store.planner import planner_options
 
     # Equal weights: A's claim of ten takes one job from each tenant, so it holds them all.
     fill(uncapped, {f"t{i}": 30 for i in range(10)}, interleave=True)
@@ -333,7 +333,7 @@ def test_fair_claim_waits_for_the_only_held_tenant_and_grants_what_fits(
     import psycopg
 
     from fairq import sql
-    from fairq.store.pg import planner_options
+    from fairq.store.planner import planner_options
 
     sql_rows(dsn, "CREATE EXTENSION IF NOT EXISTS pageinspect")
     store.set_tenants([TenantConfig("t", 2.0, 100)])
@@ -382,7 +382,7 @@ def test_a_waited_claim_that_takes_a_tenants_last_jobs_retires_it(uncapped: Stor
     import psycopg
 
     from fairq import sql
-    from fairq.store.pg import planner_options
+    from fairq.store.planner import planner_options
 
     fill(uncapped, {"t": 15})
     text = sql.statement(get_policy(policy).statement, "fairq")
@@ -825,7 +825,7 @@ def test_a_walk_cut_short_by_the_batch_locks_only_the_jobs_it_takes(uncapped: St
     import psycopg
 
     from fairq import sql
-    from fairq.store.pg import planner_options
+    from fairq.store.planner import planner_options
 
     fill(uncapped, {"t": 20})
     text = sql.statement(get_policy(policy).statement, "fairq")

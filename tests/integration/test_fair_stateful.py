@@ -20,8 +20,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from fairq.models import NewJob, TenantConfig
 from fairq.policies import get_policy
-from fairq.policies.model import ModelJob, QueueModel
 from fairq.store import Store
+from tests.support.policy_model import ModelJob, QueueModel
 
 TENANTS = ["a", "b", "c", "d"]
 NOW = 1e6   # the model's clock at claims: every job is due, no token refills

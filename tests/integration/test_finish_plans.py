@@ -20,7 +20,7 @@ from benchmarks import claim_plans as cp
 from fairq import sql
 from fairq.policies import FIFO
 from fairq.store import Store
-from fairq.store.pg import planner_options
+from fairq.store.planner import planner_options
 from tests.conftest import create_database, drop_database, dsn_for_db
 
 RUNNING = 2000

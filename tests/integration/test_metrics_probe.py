@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fairq import migrate
+from fairq.metrics.probe import PGSS, SAMPLED, ClaimProbe, statement_prefix
 from fairq.policies import get_policy
-from fairq.probe import PGSS, SAMPLED, ClaimProbe, statement_prefix
 from fairq.store import Store
 from tests.support import pgcluster
 from tests.support.observability import enqueue, promtool_check, samples

@@ -76,7 +76,7 @@ import pytest
 from fairq import App, sql
 from fairq.models import TenantConfig
 from fairq.policies import get_policy
-from fairq.store.pg import planner_options
+from fairq.store.planner import planner_options
 from tests.conftest import SCHEMA, create_database, drop_database, dsn_for_db
 
 BATCH = 10
@@ -886,7 +886,7 @@ def test_guard_trips_on_the_old_fifo_index(states: States) -> None:
 # of the table. On a queue of one tenant (one customer, or a benchmark of one) the estimate is
 # the whole table, and a statement with no order to keep ("is a due job left after this one?")
 # looks cheapest as a Seq Scan expecting a match in its first rows. fairq's sessions turn Seq
-# Scans off (PLANNER_SETTINGS, fairq/store/pg.py), so its plans keep the index; without that
+# Scans off (PLANNER_SETTINGS, fairq/store/planner.py), so its plans keep the index; without that
 # setting the generic plan of "is a due job left after the last one taken" is a Seq Scan, over
 # the claimed and finished jobs first in the heap.
 SOLO = "solo"

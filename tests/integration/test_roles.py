@@ -358,7 +358,7 @@ def test_worker_under_the_producer_role_stops_with_one_line(dsns: dict[str, str]
 def test_monitor_is_read_only_and_the_exporter_works(dsns: dict[str, str]) -> None:
     from prometheus_client import generate_latest
 
-    from fairq.exporter import build_registry
+    from fairq.metrics.exporter import build_registry
 
     m = dsns["monitor"]
     with fairq.App(dsns["producer"]) as producer:

@@ -7,8 +7,8 @@ import time
 import psycopg
 import pytest
 
-from fairq.maintenance import ScheduleVacuum
 from fairq.policies import get_policy
+from fairq.runtime.maintenance import ScheduleVacuum
 from fairq.store import Store
 from tests.support.fairtools import fill, sql_rows
 

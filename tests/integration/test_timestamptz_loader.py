@@ -1,4 +1,4 @@
-"""fairq's timestamptz loader (fairq/store/pg.py) reads every value as psycopg's own loader does,
+"""fairq's timestamptz loader (fairq/store/loaders.py) reads every value as psycopg's own loader does,
 in every session time zone and DateStyle, and reads ``infinity`` where psycopg raises.
 
 The loader parses ISO text with ``datetime.fromisoformat`` and hands anything else to psycopg:
@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairq.store.pg import adapt_connection
+from fairq.store.loaders import adapt_connection
 
 ZONES = ["Etc/UTC", "Europe/Amsterdam", "America/St_Johns", "Asia/Kolkata", "Pacific/Chatham"]
 STYLES = ["ISO, MDY", "SQL, DMY", "Postgres, MDY", "German, DMY"]

@@ -11,8 +11,8 @@ from typing import cast
 import pytest
 
 import fairq
-from fairq.failure_log import FailureLog
 from fairq.job import Job
+from fairq.runtime.failure_log import FailureLog
 
 
 def fake_job(i: int) -> Job:

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 import fairq
+from fairq.admin.tenant_file import load_tenant_file_with_groups
 from fairq.cli import main
 from fairq.errors import InvalidInput
 from fairq.policies import get_policy
 from fairq.store import Store
-from fairq.tenant_config import load_tenant_file_with_groups
 from tests.support.fairtools import fill, running_mismatch, sql_rows
 from tests.support.paths import REPO, SUPPORT
 
@@ -203,7 +203,7 @@ def test_cli_groups(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
 # -- the reference model ----------------------------------------------------------------------
 def _model_shares(groups: dict[str, float], members: dict[str, str | None], backlog: dict[str, int],
                   claims: int, idle: tuple[str, ...] = ()) -> Counter[str]:
-    from fairq.policies.model import ModelJob, QueueModel
+    from tests.support.policy_model import ModelJob, QueueModel
 
     m = QueueModel(default_max_running=BIG)
     for g, w in groups.items():
@@ -244,7 +244,7 @@ def test_the_exporter_shows_each_groups_share_against_its_weight(
         app: fairq.App, store: Store) -> None:
     from prometheus_client import CollectorRegistry
 
-    from fairq.exporter import DatabaseCollector
+    from fairq.metrics.exporter import DatabaseCollector
 
     five_and_one(app)
     fill(store, {**{f"e{i}": 400 for i in range(5)}, "p0": 400}, interleave=True)
@@ -269,7 +269,7 @@ def test_the_exporter_shows_each_groups_share_against_its_weight(
 
 
 def test_stats_show_groups_rates_and_weight_shares_within_groups(app: fairq.App, store: Store) -> None:
-    from fairq.stats import tenant_stats
+    from fairq.metrics.stats import tenant_stats
 
     five_and_one(app)
     app.tenants.set("p0", rate=0.01, burst=5)

@@ -18,9 +18,9 @@ import psycopg
 import pytest
 
 import fairq
-from fairq.maintenance import DueWaker, MaintenanceSchedule, Pruner, Reaper
 from fairq.observe import NullObserver
 from fairq.policies import get_policy
+from fairq.runtime.maintenance import DueWaker, MaintenanceSchedule, Pruner, Reaper
 from fairq.store import Store
 from tests.support.paths import REPO, SUPPORT
 

@@ -21,9 +21,9 @@ import pytest
 
 import fairq
 from fairq.cli import main
-from fairq.maintenance import MaintenanceSchedule, PeriodicScheduler
 from fairq.observe import NullObserver
-from fairq.periodic import latest_tick, next_tick
+from fairq.runtime.maintenance import MaintenanceSchedule, PeriodicScheduler
+from fairq.runtime.periodic import latest_tick, next_tick
 from fairq.store import Store
 
 FAIRQ = Path(sys.executable).parent / "fairq"

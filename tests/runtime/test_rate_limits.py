@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 import fairq
+from fairq.admin.tenant_file import load_tenant_file
 from fairq.cli import main
 from fairq.errors import InvalidInput
 from fairq.policies import get_policy
 from fairq.store import Store
-from fairq.tenant_config import load_tenant_file
 from tests.support.fairtools import fill, running_mismatch, sql_rows
 from tests.support.paths import REPO, SUPPORT
 
@@ -306,7 +306,7 @@ def test_the_exporter_shows_rate_limits_tokens_and_throttling(
         app: fairq.App, store: Store, dsn: str) -> None:
     from prometheus_client import CollectorRegistry
 
-    from fairq.exporter import DatabaseCollector
+    from fairq.metrics.exporter import DatabaseCollector
 
     app.tenants.set("acme", rate=0.01, burst=3)
     fill(store, {"acme": 10})
@@ -348,8 +348,8 @@ def test_a_throttled_tenant_accrues_the_time_it_waited_for_tokens(
     The exporter's counter and `fairq stats` show the same figure."""
     from prometheus_client import CollectorRegistry
 
-    from fairq.exporter import DatabaseCollector
-    from fairq.stats import table_rows, tenant_stats
+    from fairq.metrics.exporter import DatabaseCollector
+    from fairq.metrics.stats import table_rows, tenant_stats
 
     app.tenants.set("acme", rate=4.0, burst=1)
     done = threading.Event()

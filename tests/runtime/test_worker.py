@@ -275,14 +275,14 @@ def test_idle_worker_does_not_query_more_than_poll_interval(app: fairq.App) -> N
     # from then on an idle worker waits for a NOTIFY or the poll an hour away.
     assert w.ready.wait(30)
     store = w.store
-    real_tx = store._tx
+    real_cursor = store.cursor
     count = [0]
 
-    def counting_tx(**kwargs: Any) -> Any:
+    def counting_cursor(**kwargs: Any) -> Any:
         count[0] += 1
-        return real_tx(**kwargs)
+        return real_cursor(**kwargs)
 
-    store._tx = counting_tx  # type: ignore[method-assign]
+    store.cursor = counting_cursor  # type: ignore[method-assign]
     time.sleep(1.5)
     idle_count = count[0]
     t.enqueue(tenant="a")  # a notification is the other thing that may wake it
@@ -566,7 +566,7 @@ def test_finishes_skip_the_wal_flush_unless_durable(dsn: str, pooler: bool) -> N
         w = app.worker(policy=POLICY, durable_finishes=durable)
         try:
             for store, expected in ((w.finish_store, want), (w.store, server)):
-                with store._tx() as cur:
+                with store.cursor() as cur:
                     cur.execute("SHOW synchronous_commit")
                     assert cur.fetchone() == {"synchronous_commit": expected}
         finally:

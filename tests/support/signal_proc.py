@@ -11,7 +11,7 @@ import threading
 import time
 
 import fairq
-from fairq.signals import SignalRelay
+from fairq.runtime.signals import SignalRelay
 
 
 def main() -> int:

@@ -30,10 +30,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import fairq
+from fairq.admin.tenant_file import load_tenant_file
 from fairq.cli import main
 from fairq.config import redact
 from fairq.names import validate_schema_name
-from fairq.tenant_config import load_tenant_file
 from fairq.validation import MAX_NAME, MAX_PAYLOAD_BYTES, MAX_WEIGHT, MIN_WEIGHT
 
 SECRET = "pw-Zq8x-never-shown"
@@ -685,8 +685,8 @@ def test_worker_logs_and_metrics_never_show_the_password(caplog: pytest.LogCaptu
     metrics name the problem but never the password."""
     from prometheus_client import generate_latest
 
-    from fairq.exporter import build_registry
     from fairq.metrics import PrometheusObserver
+    from fairq.metrics.exporter import build_registry
 
     dsn = f"postgresql://fq:{SECRET}@127.0.0.1:1/fq?connect_timeout=1"
     caplog.set_level(logging.DEBUG)
@@ -730,7 +730,7 @@ def test_fairq_schema_with_a_trailing_newline_exit_2(dsn: str, monkeypatch: pyte
 
 
 def test_role_name_with_a_trailing_newline_is_refused() -> None:
-    from fairq.roles import validate_role_name
+    from fairq.admin.roles import validate_role_name
 
     with pytest.raises(fairq.InvalidInput):
         validate_role_name("fairq_worker\n")

@@ -18,7 +18,7 @@ import yaml
 
 import fairq
 from fairq.cli import build_parser
-from fairq.health import DEFAULT_METRICS_PORT, LIVE_PATH, READY_PATH
+from fairq.metrics.health import DEFAULT_METRICS_PORT, LIVE_PATH, READY_PATH
 from tests.support.paths import REPO
 
 ROOT = REPO

@@ -24,9 +24,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support.paths import REPO
-
 import fairq
+from tests.support.paths import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FILE_HEADER = re.compile(r"#\s*([\w/]+\.py)(\s+\(continued\))?\s*$")

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from fairq.exporter import (
+from fairq.metrics.exporter import (
     DatabaseCollector,
     TenantRow,
     build_registry,

@@ -9,8 +9,8 @@ import re
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairq.exporter import build_registry
 from fairq.metrics import PrometheusObserver
+from fairq.metrics.exporter import build_registry
 from fairq.models import ClaimedJob
 from tests.support.paths import REPO
 

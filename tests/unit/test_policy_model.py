@@ -1,6 +1,6 @@
 """Pure unit tests of the scheduling maths (no database): the reference model and the fairness
 measures. Each test checks a property that follows from the algorithm's definition (see
-``fairq/policies/model.py``), not the model's own arithmetic on constants."""
+``tests/support/policy_model.py``), not the model's own arithmetic on constants."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from fairq.errors import InvalidInput
 from fairq.policies import get_policy
 from fairq.policies.fairness import jain_index, max_share_error
-from fairq.policies.model import ModelJob, ModelTenant, QueueModel
+from tests.support.policy_model import ModelJob, ModelTenant, QueueModel
 
 FAIR = ["round_robin", "weighted", "drr"]
 UNCAPPED = 10**6

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Protocol
 
 from fairq.observe import NullObserver, WorkerObserver
-from fairq.periodic import Periodic, latest_tick, next_tick
+from fairq.runtime.periodic import Periodic, latest_tick, next_tick
 from fairq.store import Store
 from fairq.store.errors import InsufficientPrivilege
 

@@ -38,7 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from fairq.metrics import OTHER, MetricsServer, db_check, max_tenants_from_env, serve
 from fairq.policies.fairness import jain_index, max_share_error
-from fairq.signals import SignalRelay
+from fairq.runtime.signals import SignalRelay
 from fairq.store.monitor import MonitorSession
 
 log = logging.getLogger("fairq.exporter")
@@ -357,7 +357,7 @@ def build_registry(dsn: str, schema: str, *, max_tenants: int | None = None,
     registry.register(DatabaseCollector(dsn, schema, max_tenants=max_tenants, interval=interval,
                                         window=window, statement_timeout_ms=statement_timeout_ms))
     if probe:
-        from fairq.probe import ClaimProbe
+        from fairq.metrics.probe import ClaimProbe
 
         registry.register(ClaimProbe(dsn, schema, policies, interval=probe_interval,
                                      source=probe_source,

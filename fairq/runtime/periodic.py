@@ -1,8 +1,9 @@
 """Periodic schedules: a task enqueued for a tenant at each tick of a cron expression.
 
-Declared in code (``App.periodic``); the workers' maintenance (``fairq.maintenance.PeriodicScheduler``)
-enqueues their ticks. Only the cron maths lives here, on times read from the database clock:
-the cron expression is evaluated in UTC, with an optional leading seconds field.
+Declared in code (``App.periodic``); the workers' maintenance
+(``fairq.runtime.maintenance.PeriodicScheduler``) enqueues their ticks. Only the cron maths lives
+here, on times read from the database clock: the cron expression is evaluated in UTC, with an
+optional leading seconds field.
 """
 
 from __future__ import annotations
