@@ -128,7 +128,9 @@ def restart(cluster: pgcluster.Cluster, mode: str = "fast") -> pgcluster.Cluster
         capture_output=True)
     if done.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
-        raise RuntimeError(f"the private PostgreSQL did not restart on port {cluster.port}:\n{tail}")
+        said = (done.stdout + done.stderr).decode(errors="replace").strip()
+        raise RuntimeError(f"the private PostgreSQL did not restart on port {cluster.port} "
+                           f"(pg_ctl exit {done.returncode}: {said}):\n{tail}")
     pid = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
     new = dataclasses.replace(cluster, pid=pid)
     wait_for(lambda: bool(sql(new.dsn, "SELECT 1")), what="the restarted server")

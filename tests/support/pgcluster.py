@@ -156,7 +156,8 @@ def _as_user(cmd: list[str], user: str | None) -> list[str]:
 
 def start(workdir: Path, *, port: int | None = None, options: Mapping[str, str] | None = None,
           timeout: float = 60.0) -> Cluster:
-    """initdb a new cluster under ``workdir`` and start it; returns once it accepts connections.
+    """initdb a new cluster under ``workdir`` (as root, under /var/tmp: see below) and start it;
+    returns once it accepts connections.
 
     ``options`` are server settings (``shared_preload_libraries``, ``max_connections``, ...).
     """
@@ -164,24 +165,21 @@ def start(workdir: Path, *, port: int | None = None, options: Mapping[str, str] 
     if bin_dir is None:
         raise FileNotFoundError("PostgreSQL server binaries not found (set FAIRQ_PG_BINDIR)")
     user = _server_user()
-    root = Path(workdir) / f"pgcluster-{os.getpid()}-{time.monotonic_ns()}"
-    datadir = root / "data"
-    root.mkdir(parents=True)
     # Unix socket paths are limited to 107 bytes: pytest's tmp paths are too long for them.
     sockdir = Path(tempfile.mkdtemp(prefix="fqpg-", dir="/tmp"))
     if user:
+        # As root the server runs as `user`, which must reach its data directory for as long as
+        # the cluster lives. Not under pytest's tmp folders: every pytest session that starts
+        # (another xdist worker, another run) makes /tmp/pytest-of-<user> private again, and a
+        # restart would then fail with "could not access directory". /var/tmp is traversable.
+        root = Path(tempfile.mkdtemp(prefix="fairq-pgcluster-", dir="/var/tmp"))
         pw = pwd.getpwnam(user)
         for d in (root, sockdir):
             os.chown(d, pw.pw_uid, pw.pw_gid)
-        # runuser needs to traverse the parents of workdir (pytest's tmp dirs are 0700).
-        for parent in Path(workdir).resolve().parents:
-            if str(parent) in ("/", "/tmp"):
-                continue
-            mode = parent.stat().st_mode
-            if not mode & 0o001:
-                os.chmod(parent, mode | 0o001)
-        mode = Path(workdir).stat().st_mode
-        os.chmod(workdir, mode | 0o001)
+    else:
+        root = Path(workdir) / f"pgcluster-{os.getpid()}-{time.monotonic_ns()}"
+        root.mkdir(parents=True)
+    datadir = root / "data"
     subprocess.run(
         _as_user([str(bin_dir / "initdb"), "-D", str(datadir), "-U", "postgres", "-A", "trust",
                   "--no-sync", "-E", "UTF8", "--locale=C"], user),
