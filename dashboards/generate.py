@@ -310,6 +310,15 @@ def overview() -> Json:
         overrides=[dashed("cap .*")],
         description="Dashed: max_running; 0 means paused.",
     )
+    L.add(
+        "Why tenants wait (tenants by reason)",
+        [(f'sum by (reason) (fairq_tenants_waiting{{{Q}, reason!="running"}})', "{{reason}}")],
+        stack=True,
+        w=24,
+        description="Tenants with a queued job, by why their next job has not started (the "
+        "reason of `fairq tenants explain`, docs/explain.md): no_worker, at_cap, rate_limited, "
+        "no_due_jobs, group_at_share, waiting_turn. Tenants whose jobs all run are left out.",
+    )
     L.row("Fairness")
     L.add(
         "Jain's fairness index",
