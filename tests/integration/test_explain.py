@@ -7,13 +7,16 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
 
 import fairq
+from fairq import sql
 from fairq.errors import InvalidInput
 from fairq.policies import get_policy
+from fairq.store.monitor import waits_params
 from fairq.store.workers import MISSED_BEATS, register_worker
 
 WEIGHTED = get_policy("weighted")
@@ -227,3 +230,33 @@ def test_the_order_no_worker_before_at_cap(app: fairq.App) -> None:
     assert app.tenants.explain("a", "default").reason == "no_worker"
     served(app)
     assert app.tenants.explain("a", "default").reason == "at_cap"
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_the_read_stays_linear_in_the_tenants(app: fairq.App, dsn: str) -> None:
+    """Every tenant of a queue at once (the exporter's read): no plan node handles more than a
+    few rows per tenant, whatever the planner estimates (a join of two per-tenant sets on
+    (queue, tenant), planned as a merge on the queue alone, handled tenants^2 rows)."""
+    n = 2000
+    served(app)
+    app.groups.set("gold", weight=2.0)
+    app.enqueue_many("t", [(f"t{i:05d}", {}) for i in range(n) for _ in range(2)])
+    for i in range(0, 100, 7):
+        app.tenants.set(f"t{i:05d}", group="gold")
+    for _ in range(20):
+        claim(app, 10)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+        (plan,), = conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.statement("tenant_waits", "fairq"),
+            waits_params(None, None)).fetchall()
+    nodes = list(_plan_nodes(plan[0]["Plan"]))
+    handled = max(node["Actual Rows"] * node["Actual Loops"]
+                  + node.get("Rows Removed by Join Filter", 0)
+                  + node.get("Rows Removed by Filter", 0) for node in nodes)
+    assert handled <= 20 * n, handled
