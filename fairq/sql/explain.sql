@@ -7,12 +7,13 @@
 -- %(tenant)s (NULL: every one), with its reason and the facts behind it.
 -- Linear in the tenants of the queues it reads, whatever the statistics say: one pass over
 -- their schedule rows, each probing its own jobs by index (counted only for the tenants asked
--- about), window aggregates over the queue for the order and the groups, and joins only with
+-- about), window aggregates over the queue for the order and the groups, and a join only with
 -- one row per queue. (A join of two per-tenant sets on (queue, tenant) was planned as a merge on
--- the queue alone, quadratic in the tenants of a queue.)
-WITH tenant_rows AS MATERIALIZED (
+-- the queue alone, quadratic in the tenants of a queue.) Short names: the text must stay under
+-- psycopg's 4 KiB query cache with a 63-character schema name.
+WITH r AS MATERIALIZED (
     SELECT ts.queue, ts.tenant, ts.vtime, ts.active, ts.running, ts.max_running, ts.rate,
-           coalesce(ts.tenant_group, 'default') AS grp,
+           coalesce(ts.tenant_group, 'default') AS tenant_group,
            (%(tenant)s::text IS NULL OR ts.tenant = %(tenant)s::text) AS asked,
            {schema}.tenant_dry(ts) AS dry, {schema}.token_due(ts) AS token_due,
            {schema}.tenant_tokens(ts) AS tokens,
@@ -24,13 +25,13 @@ WITH tenant_rows AS MATERIALIZED (
            -- Competing: in the runnable set (the claim's walk: active, below its cap), with
            -- room (a token if rate-limited) and a due job.
            ts.active AND ts.running < ts.max_running AND {schema}.claim_room(ts) > 0
-               AND EXISTS (SELECT 1 FROM {schema}.jobs j
+               AND EXISTS (SELECT FROM {schema}.jobs j
                            WHERE j.queue = ts.queue AND j.tenant = ts.tenant
-                             AND j.status = 'queued' AND j.run_at <= now()) AS competing,
-           b.queued, b.due, b.next_run_at
+                             AND j.status = 'queued' AND j.run_at <= now()) AS comp,
+           b.*
     FROM {schema}.tenant_schedule ts
     CROSS JOIN LATERAL (
-        SELECT count(*) AS queued, count(*) FILTER (WHERE j.run_at <= now()) AS due,
+        SELECT count(*)::int AS queued, count(*) FILTER (WHERE j.run_at <= now())::int AS due,
                min(j.run_at) AS next_run_at
         FROM {schema}.jobs j
         WHERE j.queue = ts.queue AND j.tenant = ts.tenant AND j.status = 'queued'
@@ -42,64 +43,53 @@ WITH tenant_rows AS MATERIALIZED (
 -- Per tenant: the competing tenants before it in the claim's (vtime, tenant) order, and those
 -- of them in its own group; its group's running jobs and effective weight, the queue's, and
 -- whether more than one group has active tenants in the queue.
-queue_view AS (
+v AS (
     SELECT r.*,
-           count(*) FILTER (WHERE r.competing) OVER (
-               PARTITION BY r.queue ORDER BY r.vtime, r.tenant
-               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS ahead_all,
-           count(*) FILTER (WHERE r.competing) OVER (
-               PARTITION BY r.queue, r.grp ORDER BY r.vtime, r.tenant
-               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS ahead_same_group,
-           sum(r.running) OVER (PARTITION BY r.queue, r.grp) AS group_running,
-           sum(r.eff) FILTER (WHERE r.active) OVER (PARTITION BY r.queue, r.grp) AS group_eff,
-           sum(r.running) OVER (PARTITION BY r.queue) AS queue_running,
-           sum(r.eff) FILTER (WHERE r.active) OVER (PARTITION BY r.queue) AS queue_eff,
-           min(r.grp) FILTER (WHERE r.active) OVER (PARTITION BY r.queue)
-               IS DISTINCT FROM max(r.grp) FILTER (WHERE r.active) OVER (PARTITION BY r.queue)
-               AS several_groups
-    FROM tenant_rows r
+           count(*) FILTER (WHERE r.comp) OVER qo - r.comp::int AS ahead,
+           count(*) FILTER (WHERE r.comp) OVER go - r.comp::int AS ahead_same,
+           sum(r.running) OVER g AS group_running,
+           sum(r.eff) FILTER (WHERE r.active) OVER g
+               / nullif(sum(r.eff) FILTER (WHERE r.active) OVER q, 0) AS group_share,
+           sum(r.running) OVER q AS queue_running,
+           min(r.tenant_group) FILTER (WHERE r.active) OVER q
+               < max(r.tenant_group) FILTER (WHERE r.active) OVER q AS groups
+    FROM r
+    -- (vtime, tenant) is unique in a queue: the default frame of an ordered window ends at the
+    -- row itself.
+    WINDOW q AS (PARTITION BY r.queue), qo AS (q ORDER BY r.vtime, r.tenant),
+           g AS (PARTITION BY r.queue, r.tenant_group), go AS (g ORDER BY r.vtime, r.tenant)
 ),
 -- The workers serving each queue read: alive while seen within %(missed_beats)s of their beats.
-served AS (
-    SELECT q.queue,
-           count(*) FILTER (WHERE w.alive) AS workers,
+w AS (
+    SELECT q.queue, count(*) FILTER (WHERE w.alive)::int AS workers,
            coalesce(array_agg(DISTINCT w.policy ORDER BY w.policy) FILTER (WHERE w.alive),
                     '{{}}') AS policies,
-           max(w.seen_at) FILTER (WHERE NOT w.alive) AS last_seen_at
-    FROM (SELECT DISTINCT r.queue FROM tenant_rows r) q
-    LEFT JOIN (SELECT wk.queues, wk.policy, wk.seen_at,
-                      wk.seen_at >= now() - make_interval(
-                          secs => wk.beat_seconds * %(missed_beats)s::float8) AS alive
-               FROM {schema}.workers wk) w ON q.queue = ANY (w.queues)
+           max(w.seen_at) FILTER (WHERE NOT w.alive) AS last_worker_seen_at
+    FROM (SELECT DISTINCT r.queue FROM r) q
+    LEFT JOIN (SELECT w.queues, w.policy, w.seen_at, w.seen_at >= now()
+                      - make_interval(secs => w.beat_seconds * %(missed_beats)s::float8) AS alive
+               FROM {schema}.workers w) w ON q.queue = ANY (w.queues)
     GROUP BY q.queue
-),
-facts AS (
-    SELECT v.*, s.workers, s.policies, s.last_seen_at,
-           CASE WHEN v.competing THEN v.ahead_all ELSE 0 END AS ahead,
-           CASE WHEN v.competing THEN v.ahead_all - v.ahead_same_group ELSE 0 END AS ahead_other,
-           v.group_eff / nullif(v.queue_eff, 0) AS group_share,
-           NOT EXISTS (SELECT 1 FROM {schema}.tenants t WHERE t.tenant = v.tenant)
-               AS cap_is_default
-    FROM queue_view v JOIN served s ON s.queue = v.queue
-    WHERE v.asked
 )
 -- The reasons in the order they are checked (docs/explain.md): the first that holds.
-SELECT f.queue, f.tenant,
-       CASE WHEN f.queued = 0 AND f.running = 0 THEN 'no_jobs'
-            WHEN f.workers = 0 THEN 'no_worker'
-            WHEN f.queued = 0 THEN 'running'
-            WHEN f.running >= f.max_running THEN 'at_cap'
-            WHEN f.dry AND f.token_due > f.next_run_at THEN 'rate_limited'
-            WHEN f.due = 0 THEN 'no_due_jobs'
-            WHEN f.ahead_other > 0 AND f.several_groups AND f.queue_running > 0
-                 AND f.group_running >= f.group_share * f.queue_running THEN 'group_at_share'
+SELECT v.queue, v.tenant,
+       CASE WHEN v.queued = 0 AND v.running = 0 THEN 'no_jobs'
+            WHEN w.workers = 0 THEN 'no_worker'
+            WHEN v.queued = 0 THEN 'running'
+            WHEN v.running >= v.max_running THEN 'at_cap'
+            WHEN v.dry AND v.token_due > v.next_run_at THEN 'rate_limited'
+            WHEN v.due = 0 THEN 'no_due_jobs'
+            WHEN v.comp AND v.ahead > v.ahead_same AND v.groups AND v.queue_running > 0
+                 AND v.group_running >= v.group_share * v.queue_running THEN 'group_at_share'
             ELSE 'waiting_turn' END AS reason,
-       f.queued::int AS queued, f.due::int AS due, f.running, f.max_running, f.cap_is_default,
-       CASE WHEN f.queued > 0 AND f.due = 0 THEN f.next_run_at END AS next_due_at,
-       f.rate, f.tokens, CASE WHEN f.dry THEN f.token_due END AS next_token_at,
-       f.ahead::int AS ahead, f.ahead_other::int AS ahead_other_groups,
-       f.grp AS tenant_group, f.group_running::int AS group_running, f.group_share,
-       f.queue_running::int AS queue_running, f.workers::int AS workers, f.policies,
-       f.last_seen_at AS last_worker_seen_at, now() AS checked_at
-FROM facts f
-ORDER BY f.queue, f.tenant;
+       v.queued, v.due, v.running, v.max_running, v.rate, v.tokens, v.tenant_group,
+       NOT EXISTS (SELECT FROM {schema}.tenants t WHERE t.tenant = v.tenant) AS cap_is_default,
+       CASE WHEN v.due = 0 THEN v.next_run_at END AS next_due_at,
+       CASE WHEN v.dry THEN v.token_due END AS next_token_at,
+       CASE WHEN v.comp THEN v.ahead ELSE 0 END::int AS ahead,
+       CASE WHEN v.comp THEN v.ahead - v.ahead_same ELSE 0 END::int AS ahead_other_groups,
+       v.group_running::int, v.group_share, v.queue_running::int, w.workers, w.policies,
+       w.last_worker_seen_at, now() AS checked_at
+FROM v JOIN w ON w.queue = v.queue
+WHERE v.asked
+ORDER BY v.queue, v.tenant;
