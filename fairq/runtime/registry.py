@@ -22,6 +22,12 @@ from fairq.store.workers import register_worker, unregister_worker
 DEFAULT_BEAT_SECONDS = 10.0
 
 
+def _first_line(error: BaseException) -> str:
+    """The error's first line: a log line stays one line (PostgreSQL adds LINE and a caret)."""
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:200]
+
+
 class WorkerRegistry:
     """The registry thread of one worker; ``start`` writes the first beat before it returns."""
 
@@ -47,7 +53,7 @@ class WorkerRegistry:
             unregister_worker(self._store(), self.worker_id)
         except (DatabaseError, PoolTimeout) as e:
             log.warning("could not remove worker %s from the registry (%s); it counts as gone "
-                        "once it missed its beats", self.worker_id, str(e).strip()[:200])
+                        "once it missed its beats", self.worker_id, _first_line(e))
 
     def beat(self) -> bool:
         """Write the row now; False (logged once per run of failures) when it failed."""
@@ -59,8 +65,7 @@ class WorkerRegistry:
                 hint = (" (grant it with `fairq roles --worker ROLE --apply`)"
                         if isinstance(e, InsufficientPrivilege) else "")
                 log.warning("could not write worker %s to the registry%s: %s; trying again "
-                            "every %.0fs", self.worker_id, hint, str(e).strip()[:200],
-                            self.beat_seconds)
+                            "every %gs", self.worker_id, hint, _first_line(e), self.beat_seconds)
             self._failing = True
             return False
         if self._failing:
