@@ -260,3 +260,14 @@ def test_the_read_stays_linear_in_the_tenants(app: fairq.App, dsn: str) -> None:
                   + node.get("Rows Removed by Join Filter", 0)
                   + node.get("Rows Removed by Filter", 0) for node in nodes)
     assert handled <= 20 * n, handled
+
+
+def test_a_beat_removes_the_rows_of_workers_gone_for_a_day(app: fairq.App, dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO fairq.workers (worker_id, queues, policy, beat_seconds, "
+                     "started_at, seen_at) VALUES ('crashed', '{default}', 'weighted', 10, "
+                     "now() - interval '3 days', now() - interval '25 hours'), ('recent', "
+                     "'{default}', 'weighted', 10, now(), now() - interval '1 hour')")
+        served(app)
+        assert sorted(r[0] for r in conn.execute("SELECT worker_id FROM fairq.workers")) == [
+            "recent", "test-worker"]
