@@ -140,8 +140,9 @@ def waiting_family(waiting: dict[tuple[str, str], int], queues: set[str]) -> Met
         "running = all their jobs run, nothing waits.", labels=["queue", "reason"])
     counts: dict[tuple[str, str], int] = {}
     for q in {q for q, _ in waiting} | queues:
-        for name in WAIT_REASONS[1:]:  # not no_jobs
-            counts[(q if q in queues else OTHER, name)] = 0
+        for name in WAIT_REASONS:
+            if name != "no_jobs":
+                counts[(q if q in queues else OTHER, name)] = 0
     for (q, why), n in waiting.items():
         key = (q if q in queues else OTHER, why)
         counts[key] = counts.get(key, 0) + n
