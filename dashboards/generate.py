@@ -56,6 +56,15 @@ def claim_share(sel: str, tenant: str = "") -> str:
     )
 
 
+def time_share(sel: str) -> str:
+    """Share of worker time per tenant over the selected queues: its handlers' run time
+    (fairq_job_run_seconds, counted when each job ends) over everyone's."""
+    return (
+        f"{rate('fairq_job_run_seconds_sum', sel, 'tenant')}\n"
+        f"/ ignoring (tenant) group_left\n{rate('fairq_job_run_seconds_sum', sel, '')}"
+    )
+
+
 def due(sel: str) -> str:
     """Queued jobs that are due (delayed ones, run_at in the future, kept apart as in `fairq
     stats`)."""
@@ -310,6 +319,15 @@ def overview() -> Json:
         overrides=[dashed("cap .*")],
         description="Dashed: max_running; 0 means paused.",
     )
+    L.add(
+        "Why tenants wait (tenants by reason)",
+        [(f'sum by (reason) (fairq_tenants_waiting{{{Q}, reason!="running"}})', "{{reason}}")],
+        stack=True,
+        w=24,
+        description="Tenants with a queued job, by why their next job has not started (the "
+        "reason of `fairq tenants explain`, docs/explain.md): no_worker, at_cap, rate_limited, "
+        "no_due_jobs, group_at_share, waiting_turn. Tenants whose jobs all run are left out.",
+    )
     L.row("Fairness")
     L.add(
         "Jain's fairness index",
@@ -349,10 +367,25 @@ def overview() -> Json:
             (weight_share(Q), "weight {{tenant}}"),
         ],
         unit="percentunit",
-        w=24,
+        w=12,
         h=10,
         overrides=[dashed("weight .*")],
         description="Solid: share of claims. Dashed: share of weight among active tenants.",
+    )
+    L.add(
+        "Share of worker time vs share of weight",
+        [
+            (time_share(Q), "worker time {{tenant}}"),
+            (weight_share(Q), "weight {{tenant}}"),
+        ],
+        unit="percentunit",
+        w=12,
+        h=10,
+        overrides=[dashed("weight .*")],
+        description="Solid: share of the handlers' run time (fairq_job_run_seconds, counted as "
+        "each job ends, so a long job shows when it finishes). Dashed: share of weight among "
+        "active tenants. A tenant with longer jobs uses more worker time than its share of "
+        "claims.",
     )
     L.row("Claims")
     L.add(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 
 class ClaimPlan(Protocol):
@@ -182,6 +182,87 @@ class GroupConfig:
     weight: float
     configured: bool = True
     tenants: int = 0
+
+
+# Why a tenant's next job has not started, in the order the reasons are checked
+# (docs/explain.md): the first that holds is the answer.
+WaitReason = Literal["no_jobs", "no_worker", "running", "at_cap", "rate_limited", "no_due_jobs",
+                     "group_at_share", "waiting_turn"]
+WAIT_REASONS: tuple[WaitReason, ...] = (
+    "no_jobs", "no_worker", "running", "at_cap", "rate_limited", "no_due_jobs", "group_at_share",
+    "waiting_turn")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantExplanation:
+    """Why a tenant's next job in one queue has not started, as the database had it at
+    ``checked_at`` (``app.tenants.explain``, docs/explain.md). ``queue`` is None only for a
+    tenant with no job in any queue (``no_jobs``). The details hold whatever the reason: the
+    ones it names are those it rests on."""
+
+    tenant: str
+    queue: str | None
+    reason: WaitReason
+    queued: int = 0          # queued jobs, due or delayed
+    due: int = 0             # queued jobs due now
+    running: int = 0         # running now (the scheduler's exact count)
+    max_running: int | None = None  # its cap in this queue (0: paused)
+    cap_is_default: bool = True     # the cap (and weight) come from the tenant defaults
+    next_due_at: datetime | None = None    # no_due_jobs: when its first queued job falls due
+    rate: float | None = None              # its rate limit, jobs per second
+    tokens: float | None = None            # its token bucket now
+    next_token_at: datetime | None = None  # without a whole token: when the next one comes
+    ahead: int = 0               # competing tenants before it in the claim's virtual-time order
+    ahead_other_groups: int = 0  # of them, those of other groups
+    tenant_group: str = "default"
+    group_running: int = 0       # its group's running jobs in the queue
+    group_share: float | None = None  # its group's share of the queue (engine factors)
+    queue_running: int = 0       # the queue's running jobs
+    workers: int = 0             # live workers serving the queue
+    policies: tuple[str, ...] = ()   # their policies
+    last_worker_seen_at: datetime | None = None  # no_worker: the last beat of a dead one
+    checked_at: datetime | None = None  # the database's time of the reading
+
+    def describe(self) -> str:
+        """One line for people: the reason and the facts it rests on."""
+        return f"{self.queue or '-'}: {self.reason}: {_why(self)}"
+
+
+def _seconds_from(at: datetime | None, now: datetime | None) -> str:
+    if at is None:
+        return "unknown"
+    if now is None:
+        return at.isoformat()
+    return f"{at.isoformat()} (in {max(0.0, (at - now).total_seconds()):.1f}s)"
+
+
+def _why(e: TenantExplanation) -> str:
+    """The facts behind ``e.reason``, in words."""
+    if e.reason == "no_jobs":
+        return "no queued or running job" + ("" if e.queue else " in any queue")
+    if e.reason == "no_worker":
+        seen = ("" if e.last_worker_seen_at is None
+                else f"; the last one was seen at {e.last_worker_seen_at.isoformat()}")
+        return f"no live worker serves this queue ({e.queued} queued, {e.running} running){seen}"
+    if e.reason == "running":
+        return f"{e.running} running, none queued"
+    if e.reason == "at_cap":
+        cap = "the default cap" if e.cap_is_default else "its cap"
+        if e.max_running == 0:
+            return f"paused ({cap} max_running is 0); {e.queued} queued"
+        return f"{e.running} running of {cap} max_running={e.max_running}; {e.queued} queued"
+    if e.reason == "rate_limited":
+        return (f"no whole token of its rate limit {e.rate:g}/s; the next at "
+                f"{_seconds_from(e.next_token_at, e.checked_at)}; {e.queued} queued")
+    if e.reason == "no_due_jobs":
+        return (f"{e.queued} queued, none due; the first falls due at "
+                f"{_seconds_from(e.next_due_at, e.checked_at)}")
+    share = "-" if e.group_share is None else f"{100 * e.group_share:.0f}%"
+    if e.reason == "group_at_share":
+        return (f"group {e.tenant_group} runs {e.group_running} of the queue's "
+                f"{e.queue_running} jobs, its share being {share}; {e.ahead_other_groups} "
+                f"tenant(s) of other groups ahead")
+    return f"{e.ahead} tenant(s) ahead in virtual-time order; {e.due} due, {e.running} running"
 
 
 # Tenants without their own configuration: (weight, max_running, rate, burst).

@@ -28,7 +28,7 @@ from sqlalchemy import (
     event,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from fairq.names import DEFAULT_SCHEMA, validate_schema_name
 
@@ -321,6 +321,21 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("last_job_id", BigInteger),
         Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
         PrimaryKeyConstraint("name", "tenant", name="periodic_pkey"),
+    )
+    # The live workers (fairq/runtime/registry.py): each writes its row at start and at every
+    # beat, and deletes it at a clean stop; one not seen for MISSED_BEATS (fairq.store.workers)
+    # of its beat_seconds is dead to the readers (``tenants explain``'s no_worker).
+    Table(
+        "workers",
+        md,
+        Column("worker_id", Text, nullable=False),
+        Column("queues", ARRAY(Text), nullable=False),
+        Column("policy", Text, nullable=False),
+        Column("beat_seconds", Float, nullable=False),
+        Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        Column("seen_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("worker_id", name="workers_pkey"),
+        CheckConstraint("beat_seconds > 0", name="workers_beat_seconds_check"),
     )
     # The SQL functions (FUNCTION_FILES), once the tables whose row types they take exist.
     for ddl in functions_ddl(schema):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import builtins
 import enum
-from typing import TYPE_CHECKING, Any
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, overload
 
 from fairq import validation as v
 from fairq.errors import InvalidInput
-from fairq.models import GroupConfig, TenantConfig
+from fairq.models import GroupConfig, TenantConfig, TenantExplanation
 
 if TYPE_CHECKING:
     from fairq.app.application import App
@@ -22,6 +23,16 @@ class _Keep(enum.Enum):
 
 
 KEEP = _Keep.KEEP
+
+# ``explain``'s read runs under this statement timeout (it reads the queues' schedule rows).
+EXPLAIN_TIMEOUT_MS = 10_000
+_EXPLANATION_FIELDS = {f.name for f in fields(TenantExplanation)}
+
+
+def _explanation(row: dict[str, Any]) -> TenantExplanation:
+    values = {k: v for k, v in row.items() if k in _EXPLANATION_FIELDS}
+    values["policies"] = tuple(values.get("policies") or ())
+    return TenantExplanation(**values)
 
 
 class Tenants:
@@ -71,6 +82,32 @@ class Tenants:
 
     def get(self, tenant: str) -> TenantConfig:
         return self._app.store.get_tenant(v.name("tenant", tenant))
+
+    @overload
+    def explain(self, tenant: str, queue: str) -> TenantExplanation: ...
+
+    @overload
+    def explain(self, tenant: str, queue: None = None) -> builtins.list[TenantExplanation]: ...
+
+    def explain(self, tenant: str, queue: str | None = None
+                ) -> TenantExplanation | builtins.list[TenantExplanation]:
+        """Why the tenant's next job has not started, read from the database now (docs/
+        explain.md). With ``queue``: the answer for that queue (``no_jobs`` when the tenant has
+        no job there, or the queue does not exist). Without: one answer per queue where the
+        tenant has queued or running jobs, by queue name, or a single ``no_jobs`` with
+        ``queue=None`` when it has none anywhere."""
+        from fairq.store.monitor import tenant_waits
+
+        v.name("tenant", tenant)
+        if queue is not None:
+            v.name("queue", queue)
+        rows = tenant_waits(self._app.store, queue=queue, tenant=tenant,
+                            timeout_ms=EXPLAIN_TIMEOUT_MS)
+        found = [_explanation(r) for r in rows]
+        if queue is not None:
+            return found[0] if found else TenantExplanation(tenant, queue, "no_jobs")
+        with_jobs = [e for e in found if e.reason != "no_jobs"]
+        return with_jobs or [TenantExplanation(tenant, None, "no_jobs")]
 
     def list(self) -> list[TenantConfig]:
         return self._app.store.list_tenants()

@@ -19,7 +19,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="per-tenant queued/running/done/failed, oldest wait, share vs weight",
         description="Per (queue, tenant): queued jobs (due/delayed), running/cap, weight, done, "
         "failed, share of the jobs started in the last --window seconds beside the share of "
-        "weight among active tenants, and the age of the oldest due job.",
+        "weight among active tenants, the age of the oldest due job, and why its next job has "
+        "not started (the reason of `fairq tenants explain`).",
     )
     p.add_argument("--window", type=number("window", minimum=1), default=DEFAULT_WINDOW_S,
                    metavar="SECONDS", help=f"recent-claims window (default {DEFAULT_WINDOW_S:g})")
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     elif stats:
         print(format_table(HEADERS, table_rows(stats), right=RIGHT))
         print(f"\nclaims: share of jobs started in the last {args.window:g}s; weight share: among "
-              "tenants with due, running or recent jobs")
+              "tenants with due, running or recent jobs; reason: why the next job has not "
+              "started (`fairq tenants explain TENANT` for the details)")
     else:
         print("no jobs yet")
     return EXIT_OK

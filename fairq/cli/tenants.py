@@ -1,4 +1,5 @@
-"""``fairq tenants set|apply|list``: weights and caps, effective from the next claim."""
+"""``fairq tenants set|apply|list|reset|delete``: weights and caps, effective from the next claim;
+``fairq tenants explain``: why a tenant's next job has not started."""
 
 from __future__ import annotations
 
@@ -55,6 +56,18 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     ls = tsub.add_parser("list", parents=[common], help="every tenant and its effective settings")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(handler=run_list)
+
+    e = tsub.add_parser(
+        "explain", parents=[common], help="why the tenant's next job has not started",
+        description="Why the tenant's next job has not started, read from the database now: "
+        "one line per queue where it has jobs (or the queue given). Reasons, in the order "
+        "they are checked: no_jobs, no_worker, running, at_cap, rate_limited, no_due_jobs, "
+        "group_at_share, waiting_turn (docs/explain.md).")
+    e.add_argument("tenant")
+    e.add_argument("--queue", help="only this queue (JSON: one object instead of a list)")
+    e.add_argument("--json", action="store_true",
+                   help="machine-readable output: the key `reason` and the details")
+    e.set_defaults(handler=run_explain)
 
 
 def _weight(text: str) -> float:
@@ -156,4 +169,19 @@ def run_forget(args: argparse.Namespace) -> int:
         else:
             known = app.tenants.delete(args.tenant)
             print(f"{args.tenant}: " + ("deleted" if known else "unknown; nothing to do"))
+    return EXIT_OK
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    v.name("tenant", args.tenant)  # a bad name: exit 2 before connecting to anything
+    if args.queue is not None:
+        v.name("queue", args.queue)
+    with open_app(args) as app:
+        found = (app.tenants.explain(args.tenant, args.queue) if args.queue is not None
+                 else app.tenants.explain(args.tenant))
+    if args.json:
+        print_json(found)
+        return EXIT_OK
+    for e in found if isinstance(found, list) else [found]:
+        print(f"{e.tenant} {e.describe()}")
     return EXIT_OK

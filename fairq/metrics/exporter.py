@@ -37,6 +37,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from fairq.metrics import OTHER, MetricsServer, db_check, max_tenants_from_env, serve
+from fairq.models import WAIT_REASONS
 from fairq.policies.fairness import jain_index, max_share_error
 from fairq.runtime.signals import SignalRelay
 from fairq.store.monitor import MonitorSession
@@ -129,6 +130,27 @@ def group_shares(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float]
     return out
 
 
+def waiting_family(waiting: dict[tuple[str, str], int], queues: set[str]) -> Metric:
+    """``fairq_tenants_waiting``: the tenants of each queue by the reason their next job has not
+    started (docs/explain.md), every reason but no_jobs, 0 included so a series never vanishes.
+    A queue outside ``queues`` (the kept ones) is summed into ``queue="__other__"``."""
+    g = GaugeMetricFamily(
+        "fairq_tenants_waiting",
+        "Tenants with jobs by why their next job has not started (fairq tenants explain): "
+        "running = all their jobs run, nothing waits.", labels=["queue", "reason"])
+    counts: dict[tuple[str, str], int] = {}
+    for q in {q for q, _ in waiting} | queues:
+        for name in WAIT_REASONS:
+            if name != "no_jobs":
+                counts[(q if q in queues else OTHER, name)] = 0
+    for (q, why), n in waiting.items():
+        key = (q if q in queues else OTHER, why)
+        counts[key] = counts.get(key, 0) + n
+    for (q, why), n in sorted(counts.items()):
+        g.add_metric([q, why], float(n))
+    return g
+
+
 class DatabaseCollector:
     """The exporter's scrape-time collector (prometheus-client custom collector protocol)."""
 
@@ -151,10 +173,11 @@ class DatabaseCollector:
     def close(self) -> None:
         self._db.close()
 
-    def _query(self) -> tuple[list[TenantRow], dict[str, int], dict[str, Any] | None]:
-        tenants, leases, table = self._db.exporter_snapshot(self.statement_timeout_ms)
+    def _query(self) -> tuple[list[TenantRow], dict[str, int], dict[str, Any] | None,
+                              dict[tuple[str, str], int]]:
+        tenants, leases, table, waiting = self._db.exporter_snapshot(self.statement_timeout_ms)
         rows = [TenantRow(**r) for r in tenants]
-        return rows, leases, table
+        return rows, leases, table, waiting
 
     def _window_claims(self, rows: Sequence[TenantRow], now: float) -> dict[tuple[str, str], float]:
         """Claims per (queue, tenant) since the oldest snapshot still inside the window."""
@@ -171,7 +194,7 @@ class DatabaseCollector:
     def refresh(self) -> list[Metric]:
         started = time.monotonic()
         try:
-            rows, leases, table = self._query()
+            rows, leases, table, waiting = self._query()
         except Exception as exc:
             self._errors += 1
             self._up = 0.0
@@ -181,6 +204,7 @@ class DatabaseCollector:
         self._up = 1.0
         claims = self._window_claims(rows, started)
         families = self._families(rows, leases, table, claims)
+        families.append(waiting_family(waiting, keep_queues(rows, leases, self.max_tenants)))
         self._duration = time.monotonic() - started
         return families
 

@@ -1,7 +1,8 @@
 """Per-tenant statistics for ``fairq stats``: backlog, caps, outcomes and recent fairness.
 
 Operators ask "is anyone starved, and is the split what the weights say?": the table answers
-with each tenant's share of recent claims beside its share of weight, and its oldest wait.
+with each tenant's share of recent claims beside its share of weight, its oldest wait, and why
+its next job has not started (the reason of ``fairq tenants explain``, docs/explain.md).
 """
 
 from __future__ import annotations
@@ -41,13 +42,18 @@ class TenantStats:
     tokens: float | None = None    # its token bucket now
     tenant_group: str = "default"
     throttled_seconds: float = 0.0  # time spent with a due job and no token, so far
+    reason: str = "no_jobs"  # why its next job has not started (docs/explain.md)
 
 
 def tenant_stats(app: App, *, window_s: float = DEFAULT_WINDOW_S, queue: str | None = None,
                  timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[TenantStats]:
     """Read the statistics in one bounded, read-only transaction."""
-    rows = read_tenant_stats(app.store, window_s=window_s, queue=queue, timeout_ms=timeout_ms)
-    return [TenantStats(**{**r, "weight": float(r["weight"])}) for r in rows]
+    rows, waits = read_tenant_stats(app.store, window_s=window_s, queue=queue,
+                                    timeout_ms=timeout_ms)
+    reasons = {(w["queue"], w["tenant"]): str(w["reason"]) for w in waits}
+    return [TenantStats(**{**r, "weight": float(r["weight"]),
+                           "reason": reasons.get((r["queue"], r["tenant"]), "no_jobs")})
+            for r in rows]
 
 
 def _pct(x: float | None) -> str:
@@ -68,8 +74,8 @@ def _age(seconds: float | None) -> str:
 
 
 HEADERS = ("queue", "tenant", "group", "queued (due/delayed)", "running/cap", "weight", "rate (tokens)",
-           "throttled", "done", "failed", "claims", "weight share", "oldest wait")
-RIGHT = (False, False, False, True, True, True, True, True, True, True, True, True, True)
+           "throttled", "done", "failed", "claims", "weight share", "oldest wait", "reason")
+RIGHT = (False, False, False, True, True, True, True, True, True, True, True, True, True, False)
 
 
 def table_rows(stats: Sequence[TenantStats]) -> list[list[str]]:
@@ -89,6 +95,7 @@ def table_rows(stats: Sequence[TenantStats]) -> list[list[str]]:
             f"{_pct(s.claim_share)} ({s.recent_claims})",
             _pct(s.weight_share),
             _age(s.oldest_wait_seconds),
+            s.reason,
         ]
         for s in stats
     ]

@@ -4,6 +4,7 @@
 - ``slots``: sync and async handler slots, executing a job;
 - ``finisher``: batched finishes, stuck tenants split out, replay after a lost connection;
 - ``heartbeats``: lease extensions on their own thread and connection;
+- ``registry``: the worker's row in the worker registry (which queues live workers serve);
 - ``drain``: the graceful stop and the end of ``run(until_empty=True)``;
 - ``settings``: the worker's checked options, the factory of its connections, its pools;
 - ``state``: what the threads share, and the small types they pass;

@@ -40,6 +40,7 @@ from fairq.runtime.maintenance import (
     VtimeRebase,
 )
 from fairq.runtime.periodic import Periodic
+from fairq.runtime.registry import WorkerRegistry
 from fairq.runtime.settings import StoreFactory, WorkerSettings, WorkerStores
 from fairq.runtime.signals import SignalRelay
 from fairq.runtime.slots import Slots, TaskHandler
@@ -112,6 +113,10 @@ class Worker:
                                  max_backoff=settings.max_backoff)
         self.drain = Drain(self.shared, self.slots, self.finisher, self.heartbeats,
                            self.observer, self.worker_id)
+        # Its row in the worker registry, on the heartbeat thread's connection.
+        self.registry = WorkerRegistry(lambda: self.connections.heartbeat, self.worker_id,
+                                       queues=self.queues, policy=self.policy.name,
+                                       beat_seconds=settings.heartbeat_interval)
         self._signals: SignalRelay | None = None
         self._listener: Listener | None = None
         self._rotation = 0
@@ -220,6 +225,7 @@ class Worker:
         self.slots.start()
         self.finisher.start()
         self.heartbeats.start()
+        self.registry.start()
         if self.listen:
             self._listener = Listener(self.stores.listen_dsn, channel_for(self.stores.schema),
                                       self.queues, self._on_notify,
@@ -231,6 +237,7 @@ class Worker:
             self._listener.stop()
         self.finisher.stop()
         self.heartbeats.stop()
+        self.registry.stop()
         self.slots.stop()
         self.connections.close()
 

@@ -14,7 +14,7 @@
 -- whatever the role held before.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {schema}.jobs, {schema}.tenant_schedule,
-    {schema}.settings, {schema}.tenants FROM {role};
+    {schema}.settings, {schema}.tenants, {schema}.workers FROM {role};
 GRANT SELECT ON {schema}.jobs TO {role};
 GRANT UPDATE (status, attempts, run_at, started_at, finished_at, locked_until, locked_by,
               last_error, result) ON {schema}.jobs TO {role};
@@ -29,6 +29,9 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.periodic TO {role};
 -- Tenant groups: a claim reads the groups and refreshes its queue's factors.
 GRANT SELECT ON {schema}.tenant_groups TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.group_schedule TO {role};
+-- The worker registry: its own row at start and at every beat, deleted at a clean stop, and the
+-- rows of workers gone for a day.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
 
 -- name: roles_grant_worker_prune
 -- Only for workers that run the pruner (Worker(prune_after=...)); otherwise prune as the owner.

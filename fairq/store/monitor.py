@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 
 from fairq import sql
 from fairq.store.pg import Store
+from fairq.store.workers import MISSED_BEATS
 
 # PostgreSQL types of the claim statements' parameters, for PREPARE.
 PARAM_TYPES = {"queue": "text", "worker": "text", "batch": "int4", "window": "float8", "wait": "bool",
@@ -43,15 +44,34 @@ def to_prepare(name: str, schema: str) -> tuple[str, list[str]]:
     return stmt.text, list(stmt.names)
 
 
+def waits_params(queue: str | None, tenant: str | None) -> dict[str, Any]:
+    """The parameters of ``tenant_waits``: the queue and tenant asked about (None: every one)."""
+    return {"queue": queue, "tenant": tenant, "missed_beats": float(MISSED_BEATS)}
+
+
 def tenant_stats(store: Store, *, window_s: float, queue: str | None,
-                 timeout_ms: int) -> list[dict[str, Any]]:
-    """``fairq stats``'s rows, read in one bounded, read-only transaction (with the planner's
-    defaults back: it aggregates whole tables)."""
+                 timeout_ms: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``fairq stats``'s rows and each (queue, tenant)'s reason (``tenant_waits``), read in one
+    bounded, read-only transaction (with the planner's defaults back: it aggregates whole
+    tables)."""
     params: dict[str, Any] = {"window": float(window_s), "queue": queue}
     with store.pool.connection() as conn, conn.transaction(), \
             conn.cursor(row_factory=dict_row) as cur:
         cur.execute(store.statement("stats_timeouts"), {"timeout_ms": str(timeout_ms)})
         cur.execute(store.statement("tenant_stats"), params)
+        stats = cur.fetchall()
+        cur.execute(store.statement("tenant_waits"), waits_params(queue, None))
+        return stats, cur.fetchall()
+
+
+def tenant_waits(store: Store, *, queue: str | None, tenant: str | None,
+                 timeout_ms: int) -> list[dict[str, Any]]:
+    """Why each (queue, tenant) asked about waits (``fairq/sql/explain.sql``), read in one
+    bounded, read-only transaction with the planner's defaults back."""
+    with store.pool.connection() as conn, conn.transaction(), \
+            conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(store.statement("stats_timeouts"), {"timeout_ms": str(timeout_ms)})
+        cur.execute(store.statement("tenant_waits"), waits_params(queue, tenant))
         return cur.fetchall()
 
 
@@ -113,12 +133,14 @@ class MonitorSession:
             self.close()
 
     # -- the exporter --------------------------------------------------------------------------
-    def exporter_snapshot(self, timeout_ms: int
-                          ) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, Any] | None]:
+    def exporter_snapshot(self, timeout_ms: int) -> tuple[
+            list[dict[str, Any]], dict[str, int], dict[str, Any] | None, dict[tuple[str, str], int]]:
         """One consistent read for the exporter, under ``timeout_ms`` (statement and lock):
-        the rows of ``exporter_tenants``, unreaped expired leases per queue, and the jobs
-        table's statistics (None when PostgreSQL has none)."""
+        the rows of ``exporter_tenants``, unreaped expired leases per queue, the jobs table's
+        statistics (None when PostgreSQL has none), and how many tenants of each queue wait for
+        each reason (``tenant_waits``, one set-based read; tenants without jobs not counted)."""
         conn = self._session()
+        reasons: dict[tuple[str, str], int] = {}
         with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
             cur.execute(self.statement("metrics_timeouts"),
                         {"statement_ms": str(timeout_ms), "lock_ms": str(timeout_ms)})
@@ -128,7 +150,12 @@ class MonitorSession:
             leases = {r["queue"]: int(r["expired"]) for r in cur.fetchall()}
             cur.execute(self.statement("exporter_jobs_table"), {"schema": self.schema})
             table = cur.fetchone()
-        return tenants, leases, table
+            cur.execute(self.statement("tenant_waits"), waits_params(None, None))
+            for r in cur:
+                if r["reason"] != "no_jobs":
+                    key = (r["queue"], r["reason"])
+                    reasons[key] = reasons.get(key, 0) + 1
+        return tenants, leases, table, reasons
 
     # -- the claim probe: pg_stat_statements ------------------------------------------------------
     def pgss_status(self) -> tuple[bool, str, str]:

@@ -23,7 +23,7 @@ from fairq.config import sqlalchemy_url
 from fairq.schema import JOBS_STORAGE, build_metadata
 
 TABLES = {"alembic_version", "jobs", "periodic", "settings", "tenant_schedule", "tenants",
-          "tenant_groups", "group_schedule"}
+          "tenant_groups", "group_schedule", "workers"}
 BAD_SCHEMAS = ['a"b', "Robert'); DROP TABLE jobs; --", "UPPER", "1abc", "x" * 64, "a b", "é"]
 
 
@@ -100,6 +100,17 @@ def test_baseline_up_down_up(empty_dsn: str) -> None:
     migrate.upgrade(empty_dsn, "fairq")
     assert tables(empty_dsn, "fairq") == TABLES
     assert functions(empty_dsn, "fairq") == FUNCTIONS
+    assert drift(empty_dsn, "fairq") == []
+
+
+def test_the_worker_registry_migration_goes_down_and_up_alone(empty_dsn: str) -> None:
+    """0004 adds the workers table and nothing else; its downgrade drops just that."""
+    migrate.upgrade(empty_dsn, "fairq")
+    migrate.downgrade(empty_dsn, "fairq", "0001")
+    assert tables(empty_dsn, "fairq") == TABLES - {"workers"}
+    assert functions(empty_dsn, "fairq") == FUNCTIONS
+    migrate.upgrade(empty_dsn, "fairq")
+    assert tables(empty_dsn, "fairq") == TABLES
     assert drift(empty_dsn, "fairq") == []
 
 
@@ -306,12 +317,14 @@ def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
         empty_dsn: str, caplog: pytest.LogCaptureFixture, tmp_path: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
     migrate.upgrade(empty_dsn, "fairq")
-    # A fairq with one migration more (a copy of the migrations folder and a no-op 0002): to
-    # it, the schema at 0001 is an older revision.
+    # A fairq with one migration more (a copy of the migrations folder and a no-op 0002 on top
+    # of today's head): to it, the schema at today's head is an older revision.
+    now = migrate._script().get_current_head()
     later = tmp_path / "migrations"
     shutil.copytree(migrate.migrations_dir(), later,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    (later / "versions" / "0002_later.py").write_text(LATER)
+    (later / "versions" / "0002_later.py").write_text(
+        LATER.replace('down_revision = "0001"', f'down_revision = "{now}"'))
     monkeypatch.setattr(migrate, "migrations_dir", lambda: later)
     app = _noop_app(empty_dsn)
     try:
@@ -319,8 +332,8 @@ def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
         assert isinstance(error, fairq.ConfigurationError), error
         head = ScriptDirectory.from_config(migrate._config(None, "fairq")).get_current_head()
         assert head == "0002"
-        assert f"at fairq revision 0001, this fairq needs {head}: run `fairq migrate`" in str(error)
-        assert migrate.upgrade(empty_dsn, "fairq") == ("0001", "0002")
+        assert f"at fairq revision {now}, this fairq needs {head}: run `fairq migrate`" in str(error)
+        assert migrate.upgrade(empty_dsn, "fairq") == (now, "0002")
         app.worker(policy="fifo", listen=False).run(until_empty=True)  # at head: no complaint
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
             conn.execute("UPDATE fairq.alembic_version SET version_num = '9999_from_the_future'")

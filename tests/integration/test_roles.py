@@ -21,6 +21,7 @@ import fairq
 from fairq.cli import main
 from fairq.policies import get_policy
 from fairq.store import Store
+from fairq.store.workers import register_worker, unregister_worker
 from tests.support.fault_tools import private_cluster, sql
 
 ROLES = ("fq_owner", "fq_worker", "fq_producer", "fq_monitor")
@@ -100,6 +101,7 @@ def test_lifecycle_with_each_part_as_its_role(dsns: dict[str, str],
             w.run(until_empty=True)
         assert w.stats.db_errors == 0
         assert "alembic_version" not in caplog.text  # the grant lets it check the revision
+        assert "registry" not in caplog.text  # it wrote (and deleted) its registry row
     assert sorted(seen) == sorted(list(range(20)) * 2)
     with fairq.App(dsns["owner"]) as owner:
         statuses = {owner.job(i).status for i in ids}  # type: ignore[union-attr]
@@ -110,6 +112,9 @@ def test_lifecycle_with_each_part_as_its_role(dsns: dict[str, str],
     code, out, err = cli("--dsn", dsns["monitor"], "stats", "--json")
     assert code == 0, err
     assert {r["tenant"] for r in json.loads(out)["tenants"]} >= {"acme", "globex"}
+    code, out, err = cli("--dsn", dsns["monitor"], "tenants", "explain", "acme", "--json")
+    assert code == 0, err
+    assert json.loads(out) == [{**json.loads(out)[0], "queue": None, "reason": "no_jobs"}]
 
 
 def test_periodic_schedules_need_the_producer_grants_and_never_stop_the_worker(
@@ -332,6 +337,11 @@ def test_worker_role_runs_every_maintenance_statement(dsns: dict[str, str]) -> N
         store.wake_stranded_tenants()
         assert store.rebase_vtime(threshold=0.0) >= 0
         assert store.maintenance_due("roles-test", 0.0)
+        register_worker(store, "roles-test", queues=["default"], policy="weighted",
+                        beat_seconds=1.0)
+        register_worker(store, "roles-test", queues=["default"], policy="weighted",
+                        beat_seconds=1.0)
+        unregister_worker(store, "roles-test")
         store.vacuum_tenant_schedule()  # not the owner: PostgreSQL skips it with a warning
     finally:
         store.close()

@@ -64,11 +64,13 @@ def test_the_probe_prepares_again_in_a_new_session(store: Store,
 def test_exporter_snapshot_and_stats_read_the_same_backlog(store: Store,
                                                            session: MonitorSession) -> None:
     enqueue(store, "acme", 4)
-    tenants, leases, table = session.exporter_snapshot(timeout_ms=5000)
+    tenants, leases, table, waiting = session.exporter_snapshot(timeout_ms=5000)
     assert [(r["tenant"], r["queued"]) for r in tenants] == [("acme", 4)]
     assert leases == {} and table is not None
-    rows = tenant_stats(store, window_s=300, queue=None, timeout_ms=5000)
+    assert waiting == {("default", "no_worker"): 1}  # no worker runs here
+    rows, waits = tenant_stats(store, window_s=300, queue=None, timeout_ms=5000)
     assert [(r["tenant"], r["due"]) for r in rows] == [("acme", 4)]
+    assert [(r["tenant"], r["reason"]) for r in waits] == [("acme", "no_worker")]
 
 
 def test_ping_raises_when_the_database_does_not_answer(dsn: str) -> None:

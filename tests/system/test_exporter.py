@@ -279,9 +279,39 @@ def test_effective_weights_come_from_the_database(store: Store,
     for t in ("a", "b", "c"):
         enqueue(store, t, 2)
     enqueue(store, "later", 2, delay=3600)  # nothing runnable: not backlogged
-    rows, _, _ = collector._query()
+    rows, _, _, _ = collector._query()
     weights = {r.tenant: r.effective_weight for r in rows}
     assert weights["later"] is None
     assert weights["a"] == pytest.approx(2.0 * 3.0 / 3.0)
     assert weights["b"] == pytest.approx(1.0 * 3.0 / 3.0)
     assert weights["c"] == pytest.approx(0.5 * 1.0 / 0.5)
+
+
+def test_tenants_waiting_counts_each_queues_tenants_by_reason(
+        store: Store, collector: DatabaseCollector) -> None:
+    """fairq_tenants_waiting{queue, reason}: the reasons of `tenants explain`, counted; every
+    reason but no_jobs has a series (0 included), and no tenant label."""
+    from fairq.models import WAIT_REASONS
+    from fairq.store.workers import register_worker
+
+    registry = reg(collector)
+    store.set_tenants([TenantConfig("capped", 1.0, 0)])
+    enqueue(store, "capped", 1)
+    enqueue(store, "later", 1, delay=3600)
+    enqueue(store, "unserved", 1, queue="mail")
+    for t in ("a", "b"):
+        enqueue(store, t, 2)
+    v = samples(registry)
+    assert v["fairq_tenants_waiting{queue=default,reason=no_worker}"] == 4
+    register_worker(store, "w1", queues=["default"], policy="weighted", beat_seconds=60)
+    assert claim(store, 1) == 1  # a served, finished: b is ahead of it
+    v = samples(registry)
+    waiting = {k: x for k, x in v.items() if k.startswith("fairq_tenants_waiting{")}
+    assert waiting == {
+        **{f"fairq_tenants_waiting{{queue={q},reason={r}}}": 0.0
+           for q in ("default", "mail") for r in WAIT_REASONS[1:]},
+        "fairq_tenants_waiting{queue=default,reason=at_cap}": 1.0,
+        "fairq_tenants_waiting{queue=default,reason=no_due_jobs}": 1.0,
+        "fairq_tenants_waiting{queue=default,reason=waiting_turn}": 2.0,
+        "fairq_tenants_waiting{queue=mail,reason=no_worker}": 1.0,
+    }

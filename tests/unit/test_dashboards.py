@@ -63,6 +63,7 @@ GAUGES = {
     "fairq_tenant_throttled",
     "fairq_group_claim_share",
     "fairq_group_weight_share",
+    "fairq_tenants_waiting",
 }
 METRICS = COUNTERS | HISTOGRAMS | GAUGES
 SERIES_NAMES = (
