@@ -104,7 +104,7 @@ def test_baseline_up_down_up(empty_dsn: str) -> None:
 
 
 def test_the_worker_registry_migration_goes_down_and_up_alone(empty_dsn: str) -> None:
-    """0004 adds the workers table and nothing else; its downgrade drops just that."""
+    """0002 adds the workers table and nothing else; its downgrade drops just that."""
     migrate.upgrade(empty_dsn, "fairq")
     migrate.downgrade(empty_dsn, "fairq", "0001")
     assert tables(empty_dsn, "fairq") == TABLES - {"workers"}
@@ -298,8 +298,8 @@ def test_worker_refuses_a_schema_that_was_never_migrated(empty_dsn: str) -> None
 
 
 LATER = '''"""a later migration, which changes nothing"""
-revision = "0002"
-down_revision = "0001"
+revision = "9000"
+down_revision = "HEAD"
 branch_labels = None
 depends_on = None
 
@@ -317,23 +317,23 @@ def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
         empty_dsn: str, caplog: pytest.LogCaptureFixture, tmp_path: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
     migrate.upgrade(empty_dsn, "fairq")
-    # A fairq with one migration more (a copy of the migrations folder and a no-op 0002 on top
+    # A fairq with one migration more (a copy of the migrations folder and a no-op 9000 on top
     # of today's head): to it, the schema at today's head is an older revision.
     now = migrate._script().get_current_head()
     later = tmp_path / "migrations"
     shutil.copytree(migrate.migrations_dir(), later,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    (later / "versions" / "0002_later.py").write_text(
-        LATER.replace('down_revision = "0001"', f'down_revision = "{now}"'))
+    (later / "versions" / "9000_later.py").write_text(
+        LATER.replace('down_revision = "HEAD"', f'down_revision = "{now}"'))
     monkeypatch.setattr(migrate, "migrations_dir", lambda: later)
     app = _noop_app(empty_dsn)
     try:
         error = _refusal(app)
         assert isinstance(error, fairq.ConfigurationError), error
         head = ScriptDirectory.from_config(migrate._config(None, "fairq")).get_current_head()
-        assert head == "0002"
+        assert head == "9000"
         assert f"at fairq revision {now}, this fairq needs {head}: run `fairq migrate`" in str(error)
-        assert migrate.upgrade(empty_dsn, "fairq") == (now, "0002")
+        assert migrate.upgrade(empty_dsn, "fairq") == (now, "9000")
         app.worker(policy="fifo", listen=False).run(until_empty=True)  # at head: no complaint
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
             conn.execute("UPDATE fairq.alembic_version SET version_num = '9999_from_the_future'")

@@ -1,6 +1,6 @@
 """worker registry: the live workers and the queues they serve
 
-Revision ID: 0004
+Revision ID: 0002
 Revises: 0001
 Create Date: 2026-12-05
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0004"
+revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
