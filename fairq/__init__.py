@@ -4,7 +4,7 @@ from fairq._version import __version__
 from fairq.app import App, Task
 from fairq.errors import ConfigurationError, FairqError, InvalidInput, LeaseLost
 from fairq.job import Job
-from fairq.models import JobInfo, TenantConfig
+from fairq.models import JobInfo, TenantConfig, TenantExplanation
 
 __all__ = [
     "App",
@@ -16,5 +16,6 @@ __all__ = [
     "LeaseLost",
     "Task",
     "TenantConfig",
+    "TenantExplanation",
     "__version__",
 ]
