@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from fairq.cli._common import EXIT_OK, format_table, integer, open_app, print_json
@@ -46,11 +47,17 @@ def _first_line(text: str | None, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
+def _when(at: datetime) -> str:
+    from fairq.store.loaders import OutOfRangeTime
+
+    return str(at) if isinstance(at, OutOfRangeTime) else at.isoformat(timespec="seconds")
+
+
 def _table(jobs: list[JobInfo]) -> str:
     return format_table(
         ["id", "status", "tenant", "task", "queue", "attempts", "run_at", "last_error"],
         [[j.id, j.status, j.tenant, j.task, j.queue, f"{j.attempts}/{j.max_attempts}",
-          j.run_at.isoformat(timespec="seconds"), _first_line(j.last_error)] for j in jobs],
+          _when(j.run_at), _first_line(j.last_error)] for j in jobs],
         right=[True, False, False, False, False, True, False, False],
     )
 
