@@ -24,14 +24,15 @@ It binds 127.0.0.1 unless told otherwise (``--host``): its series name customers
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from heapq import nsmallest
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -39,13 +40,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from fairq.metrics import OTHER, MetricsServer, db_check, max_tenants_from_env, serve
 from fairq.policies.fairness import jain_index, max_share_error
 from fairq.runtime.signals import SignalRelay
-from fairq.store.monitor import MonitorSession
+from fairq.store.monitor import MonitorSession, failed_statement
 
 log = logging.getLogger("fairq.exporter")
 
 
-@dataclass(frozen=True, slots=True)
-class TenantRow:
+class TenantRow(NamedTuple):
+    """One (queue, tenant) as ``exporter_tenants`` reads it (a tuple: the exporter builds one
+    per tenant per refresh, 100,000 of them with as many tenants)."""
+
     queue: str
     tenant: str
     weight: float
@@ -67,18 +70,27 @@ class TenantRow:
 
 
 def keep_tenants(rows: Sequence[TenantRow], limit: int) -> set[str]:
-    """The tenants that keep their own series: half the slots by oldest wait, then by backlog."""
+    """The tenants that keep their own series: half the slots by oldest wait, then by backlog.
+    (The first few of each order are picked without sorting every tenant.)"""
     age: dict[str, float] = {}
     backlog: dict[str, tuple[int, int]] = {}
     for r in rows:
-        age[r.tenant] = max(age.get(r.tenant, 0.0), r.oldest_age)
-        q, run = backlog.get(r.tenant, (0, 0))
-        backlog[r.tenant] = (q + r.queued, run + r.running)
+        t = r.tenant
+        if t in backlog:
+            age[t] = max(age[t], r.oldest_age)
+            q, run = backlog[t]
+            backlog[t] = (q + r.queued, run + r.running)
+        else:
+            age[t] = max(0.0, r.oldest_age)
+            backlog[t] = (r.queued, r.running)
     if len(backlog) <= limit:
         return set(backlog)
-    by_age = sorted((t for t in age if age[t] > 0), key=lambda t: (-age[t], t))
-    kept = set(by_age[: math.ceil(limit / 2)])
-    for t in sorted(backlog, key=lambda t: (-backlog[t][0], -backlog[t][1], -age[t], t)):
+    # Plain tuples, compared natively: a key function per tenant costs more than the heap.
+    by_age = nsmallest(math.ceil(limit / 2), ((-a, t) for t, a in age.items() if a > 0))
+    kept = {t for _, t in by_age}
+    # At most len(kept) of the first `limit + len(kept)` by backlog are kept already.
+    for *_, t in nsmallest(limit + len(kept),
+                           ((-q, -run, -age[t], t) for t, (q, run) in backlog.items())):
         if len(kept) >= limit:
             break
         kept.add(t)
@@ -97,28 +109,36 @@ def keep_queues(rows: Sequence[TenantRow], leases: dict[str, int], limit: int) -
     return set(sorted(size, key=lambda q: (-size[q][0], -size[q][1], q))[:limit])
 
 
-def fairness(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float]
+def by_queue(rows: Sequence[TenantRow]) -> dict[str, list[TenantRow]]:
+    """The rows of each queue, queues in order: one pass, however many queues."""
+    out: dict[str, list[TenantRow]] = {}
+    for r in rows:
+        out.setdefault(r.queue, []).append(r)
+    return dict(sorted(out.items()))
+
+
+def fairness(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float],
+             grouped: dict[str, list[TenantRow]] | None = None
              ) -> dict[str, tuple[float, float]]:
     """queue -> (Jain's index, max share error) over the queue's backlogged tenants (those
-    with an effective weight)."""
+    with an effective weight). ``grouped``: ``by_queue(rows)``, when the caller has it."""
     out: dict[str, tuple[float, float]] = {}
-    queues = sorted({r.queue for r in rows})
-    for queue in queues:
-        weights = {r.tenant: w for r in rows
-                   if r.queue == queue and (w := r.effective_weight) is not None}
+    for queue, its in (by_queue(rows) if grouped is None else grouped).items():
+        weights = {r.tenant: w for r in its if (w := r.effective_weight) is not None}
         service = {t: claims.get((queue, t), 0.0) for t in weights}
         values = [service[t] / weights[t] for t in service]
         out[queue] = (jain_index(values), max_share_error(service, weights))
     return out
 
 
-def group_shares(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float]
+def group_shares(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float],
+                 grouped: dict[str, list[TenantRow]] | None = None
                  ) -> dict[tuple[str, str], tuple[float, float]]:
     """(queue, group) -> (share of the window's claims, share of weight) over the groups with
-    backlogged tenants."""
+    backlogged tenants. ``grouped``: ``by_queue(rows)``, when the caller has it."""
     out: dict[tuple[str, str], tuple[float, float]] = {}
-    for queue in sorted({r.queue for r in rows}):
-        backlogged = [r for r in rows if r.queue == queue and r.runnable > 0 and r.max_running > 0]
+    for queue, its in (by_queue(rows) if grouped is None else grouped).items():
+        backlogged = [r for r in its if r.runnable > 0 and r.max_running > 0]
         gw = {r.tenant_group: r.group_weight for r in backlogged}
         served: dict[str, float] = {}
         for r in backlogged:
@@ -134,13 +154,15 @@ class DatabaseCollector:
 
     def __init__(self, dsn: str, schema: str, *, max_tenants: int | None = None,
                  interval: float = 5.0, window: float = 300.0,
-                 statement_timeout_ms: int = 5000) -> None:
+                 statement_timeout_ms: int = 5000, scrape_wait: float = 1.5) -> None:
         self.dsn, self.schema = dsn, schema
+        self.scrape_wait = scrape_wait
         self.max_tenants = max_tenants_from_env() if max_tenants is None else max_tenants
         self.interval, self.window = interval, window
         self.statement_timeout_ms = statement_timeout_ms
         self._db = MonitorSession(dsn, schema, application_name="fairq-exporter")
         self._lock = threading.Lock()
+        self._refreshing: threading.Thread | None = None
         self._snapshots: deque[tuple[float, dict[tuple[str, str], int]]] = deque()
         self._cached: list[Metric] = []
         self._refreshed_at = -math.inf
@@ -149,6 +171,9 @@ class DatabaseCollector:
         self._duration = 0.0
 
     def close(self) -> None:
+        running = self._refreshing
+        if running is not None:
+            running.join()
         self._db.close()
 
     def _query(self) -> tuple[list[TenantRow], dict[str, int], dict[str, Any] | None]:
@@ -165,17 +190,37 @@ class DatabaseCollector:
             self._snapshots.popleft()
         base = self._snapshots[0][1]
         # A row created in the window counts from 0; a row recreated (lower total) from its own.
-        return {k: float(v - base.get(k, 0)) if v >= base.get(k, 0) else float(v)
-                for k, v in current.items()}
+        # Only the backlogged tenants' claims are judged (fairness, group shares).
+        out: dict[tuple[str, str], float] = {}
+        for r in rows:
+            if (r.runnable > 0 and r.max_running > 0) or r.effective_weight is not None:
+                k = (r.queue, r.tenant)
+                v, b = r.claimed_total, base.get(k, 0)
+                out[k] = float(v - b) if v >= b else float(v)
+        return out
 
     def refresh(self) -> list[Metric]:
         started = time.monotonic()
+        # A refresh builds a few objects per tenant that all live until it ends: the cyclic
+        # collector's passes over them found nothing and cost a quarter of a refresh at 100,000
+        # tenants. Paused for the refresh (nothing in it makes cycles), then back as it was.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._refresh(started)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _refresh(self, started: float) -> list[Metric]:
         try:
             rows, leases, table = self._query()
         except Exception as exc:
             self._errors += 1
             self._up = 0.0
-            log.warning("exporter query failed: %s", exc)
+            statement = failed_statement(exc)
+            log.warning("exporter query %sfailed: %s",
+                        f"{statement} " if statement else "", " ".join(str(exc).split()))
             self._db.recover(exc)
             return []
         self._up = 1.0
@@ -189,21 +234,24 @@ class DatabaseCollector:
                   ) -> list[Metric]:
         kept = keep_tenants(rows, self.max_tenants)
         kept_queues = keep_queues(rows, leases, self.max_tenants)
-        queued: dict[tuple[str, str], float] = {}
-        running: dict[tuple[str, str], float] = {}
-        delayed: dict[tuple[str, str], float] = {}
-        oldest: dict[tuple[str, str], float] = {}
-        throttled: dict[tuple[str, str], float] = {}
+        # (queue, tenant) label -> [queued, running, delayed, oldest age, throttled seconds]:
+        # one lookup per row, as a refresh reads every tenant.
+        sums: dict[tuple[str, str], list[float]] = {}
         caps: dict[str, float] = {}
         weights: dict[str, float] = {}
         for r in rows:
             label = r.tenant if r.tenant in kept else OTHER
             key = (r.queue if r.queue in kept_queues else OTHER, label)
-            queued[key] = queued.get(key, 0.0) + r.queued
-            running[key] = running.get(key, 0.0) + r.running
-            delayed[key] = delayed.get(key, 0.0) + (r.queued - r.runnable)
-            oldest[key] = max(oldest.get(key, 0.0), r.oldest_age)
-            throttled[key] = throttled.get(key, 0.0) + r.throttled_seconds
+            acc = sums.get(key)
+            if acc is None:
+                sums[key] = [float(r.queued), float(r.running), float(r.queued - r.runnable),
+                             max(0.0, r.oldest_age), r.throttled_seconds]
+            else:
+                acc[0] += r.queued
+                acc[1] += r.running
+                acc[2] += r.queued - r.runnable
+                acc[3] = max(acc[3], r.oldest_age)
+                acc[4] += r.throttled_seconds
             if label != OTHER:
                 caps[r.tenant] = max(caps.get(r.tenant, 0.0), float(r.max_running))
                 weights[r.tenant] = max(weights.get(r.tenant, 0.0), r.weight)
@@ -224,12 +272,13 @@ class DatabaseCollector:
             "fairq_tenant_throttled_seconds",
             "Seconds the tenant had a due job but no token of its rate limit (docs/algorithm.md, "
             "\"Time spent throttled\"); 0 without a limit.", labels=["queue", "tenant"])
-        for key in sorted(queued):
-            g_queued.add_metric(list(key), queued[key])
-            c_throttled.add_metric(list(key), throttled[key])
-            g_delayed.add_metric(list(key), delayed[key])
-            g_running.add_metric(list(key), running[key])
-            g_oldest.add_metric(list(key), oldest[key])
+        for key in sorted(sums):
+            queued, running, delayed, oldest, throttled = sums[key]
+            g_queued.add_metric(list(key), queued)
+            c_throttled.add_metric(list(key), throttled)
+            g_delayed.add_metric(list(key), delayed)
+            g_running.add_metric(list(key), running)
+            g_oldest.add_metric(list(key), oldest)
         g_cap = GaugeMetricFamily("fairq_tenant_max_running",
                                   "Tenant's cap on running jobs (0 = paused).", labels=["tenant"])
         g_weight = GaugeMetricFamily("fairq_tenant_weight", "Tenant's fair-share weight.",
@@ -245,7 +294,8 @@ class DatabaseCollector:
             "fairq_fairness_max_share_error",
             f"Max over backlogged tenants of |share of claims - share of weight|, last "
             f"{self.window:g}s.", labels=["queue"])
-        for queue, (jain, err) in fairness(rows, claims).items():
+        grouped = by_queue(rows)
+        for queue, (jain, err) in fairness(rows, claims, grouped).items():
             if queue in kept_queues:  # a folded queue's fairness is not a sum: not exported
                 g_jain.add_metric([queue], jain)
                 g_err.add_metric([queue], err)
@@ -266,7 +316,7 @@ class DatabaseCollector:
             value=float(len(folded)))
         out: list[Metric] = [g_queued, g_delayed, g_running, g_oldest, c_throttled, g_cap, g_weight,
                              g_jain, g_err, g_leases, g_folded, *self._rate_families(rows, kept, kept_queues),
-                             *self._group_families(rows, claims, kept_queues)]
+                             *self._group_families(rows, claims, kept_queues, grouped)]
         if table is not None:
             last = max(table["last_autovacuum"] or 0.0, table["last_vacuum"] or 0.0)
             out += [
@@ -313,7 +363,7 @@ class DatabaseCollector:
         return [g_rate, g_tokens, g_throttled]
 
     def _group_families(self, rows: Sequence[TenantRow], claims: dict[tuple[str, str], float],
-                        queues: set[str]) -> list[Metric]:
+                        queues: set[str], grouped: dict[str, list[TenantRow]]) -> list[Metric]:
         """Each tenant group's share of the window's claims against its share of weight, on the
         kept queues (a share is not a sum: a folded queue has none)."""
         g_claims = GaugeMetricFamily(
@@ -324,7 +374,7 @@ class DatabaseCollector:
             "fairq_group_weight_share",
             "Group's weight over the weights of the groups with backlogged tenants.",
             labels=["queue", "group"])
-        for (queue, group), (served, weight) in group_shares(rows, claims).items():
+        for (queue, group), (served, weight) in group_shares(rows, claims, grouped).items():
             if queue not in queues:
                 continue
             g_claims.add_metric([queue, group], served)
@@ -332,10 +382,21 @@ class DatabaseCollector:
         return [g_claims, g_weight]
 
     def collect(self) -> Iterator[Metric]:
+        """The cached families, refreshed first when older than ``interval``. The refresh runs
+        on a thread of its own, and a scrape waits for it at most ``scrape_wait`` seconds: past
+        that (a slow database, tens of thousands of tenants) the scrape serves the previous
+        refresh's values and the next scrape gets the new ones, so that Prometheus' scrape
+        timeout is never what ends it. The first scrape waits for the first refresh."""
         with self._lock:
-            if time.monotonic() - self._refreshed_at >= self.interval or not self._up:
-                self._cached = self.refresh()
-                self._refreshed_at = time.monotonic()
+            due = time.monotonic() - self._refreshed_at >= self.interval or not self._up
+            if due and self._refreshing is None:
+                self._refreshing = threading.Thread(target=self._refresh_cache, daemon=True,
+                                                    name="fairq-exporter-refresh")
+                self._refreshing.start()
+            running, first = self._refreshing, self._refreshed_at == -math.inf
+        if running is not None:
+            running.join(None if first else self.scrape_wait)
+        with self._lock:
             cached = list(self._cached)
             up, errors, duration = self._up, self._errors, self._duration
         yield from cached
@@ -345,6 +406,15 @@ class DatabaseCollector:
                                   "Database reads that failed or timed out.", value=errors)
         yield GaugeMetricFamily("fairq_exporter_refresh_seconds",
                                 "Duration of the last database read.", value=duration)
+
+    def _refresh_cache(self) -> None:
+        families: list[Metric] = []
+        try:
+            families = self.refresh()
+        finally:
+            with self._lock:
+                self._cached, self._refreshed_at = families, time.monotonic()
+                self._refreshing = None
 
 
 def build_registry(dsn: str, schema: str, *, max_tenants: int | None = None,

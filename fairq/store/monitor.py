@@ -55,6 +55,17 @@ def tenant_stats(store: Store, *, window_s: float, queue: str | None,
         return cur.fetchall()
 
 
+_STATEMENT_NOTE = "fairq statement: "
+
+
+def failed_statement(error: BaseException) -> str | None:
+    """The named statement a ``MonitorSession`` read failed in (None: not one of its reads)."""
+    for note in getattr(error, "__notes__", ()):
+        if isinstance(note, str) and note.startswith(_STATEMENT_NOTE):
+            return note[len(_STATEMENT_NOTE):]
+    return None
+
+
 def ping(dsn: str, timeout: float = 2.0) -> None:
     """Connect and run ``SELECT 1``; raises the driver's error when the database does not answer.
     A fresh connection each time: a health check must not trust a pooled one."""
@@ -119,15 +130,23 @@ class MonitorSession:
         the rows of ``exporter_tenants``, unreaped expired leases per queue, and the jobs
         table's statistics (None when PostgreSQL has none)."""
         conn = self._session()
-        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(self.statement("metrics_timeouts"),
-                        {"statement_ms": str(timeout_ms), "lock_ms": str(timeout_ms)})
-            cur.execute(self.statement("exporter_tenants"))
-            tenants = cur.fetchall()
-            cur.execute(self.statement("exporter_expired_leases"))
-            leases = {r["queue"]: int(r["expired"]) for r in cur.fetchall()}
-            cur.execute(self.statement("exporter_jobs_table"), {"schema": self.schema})
-            table = cur.fetchone()
+        name = "metrics_timeouts"
+        try:
+            with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(self.statement(name),
+                            {"statement_ms": str(timeout_ms), "lock_ms": str(timeout_ms)})
+                name = "exporter_tenants"
+                cur.execute(self.statement(name))
+                tenants = cur.fetchall()
+                name = "exporter_expired_leases"
+                cur.execute(self.statement(name))
+                leases = {r["queue"]: int(r["expired"]) for r in cur.fetchall()}
+                name = "exporter_jobs_table"
+                cur.execute(self.statement(name), {"schema": self.schema})
+                table = cur.fetchone()
+        except psycopg.Error as exc:
+            exc.add_note(f"{_STATEMENT_NOTE}{name}")  # which read failed (a timeout, say)
+            raise
         return tenants, leases, table
 
     # -- the claim probe: pg_stat_statements ------------------------------------------------------
