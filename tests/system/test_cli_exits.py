@@ -10,6 +10,8 @@ from fairq.cli import main
 
 def test_stats_window_too_long_is_one_line_exit_2(dsn: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--dsn", dsn, "enqueue", "t", "--no-app", "--tenant", "a"]) == 0
+    capsys.readouterr()
     assert main(["--dsn", dsn, "stats", "--window", "1000000000000"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
