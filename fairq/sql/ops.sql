@@ -45,17 +45,18 @@ WITH picked AS MATERIALIZED (
 ),
 judged AS MATERIALIZED (
     -- The job holding each picked key: a live job of the same task, tenant and key (the keys'
-    -- unique index), else the first picked job with that key, which is retried.
+    -- unique index), else the first picked job with that key (a window over the picked rows,
+    -- not a search of them per row), which is retried.
     SELECT p.id, p.key,
            CASE WHEN p.key IS NOT NULL THEN coalesce(
                (SELECT l.id FROM {schema}.jobs l
                 WHERE l.task = p.task AND l.key = p.key AND l.tenant = p.tenant
                   AND l.status IN ('queued', 'running')
                 LIMIT 1),
-               (SELECT min(o.id) FROM picked o
-                WHERE o.task = p.task AND o.key = p.key AND o.tenant = p.tenant AND o.id < p.id))
+               nullif(p.first_id, p.id))
            END AS held_by
-    FROM picked p
+    FROM (SELECT k.*, min(k.id) OVER (PARTITION BY k.task, k.tenant, k.key) AS first_id
+          FROM picked k) p
 ),
 retried AS (
     UPDATE {schema}.jobs j
