@@ -39,20 +39,28 @@ def upgrade(dsn: str, schema: str | None = None,
     """Bring ``schema`` up to ``revision``: idempotent, and safe from many processes at once.
 
     Returns (revision before, revision after): equal when there was nothing to do; the first is
-    None when fairq's tables were created. (Another process migrating at the same moment may
-    have done the work: "before" is read before this call takes the migration lock.)
+    None when fairq's tables were created. Concurrent calls for one schema take turns (a lock
+    of their own, held from the first read to the last), so each reports what it did itself:
+    one creates the tables, the others find them there.
     """
-    before = current(dsn, schema)
-    if before is not None:
-        script = _script(schema)
-        if not _is_known(script, before):
-            raise ConfigurationError(
-                f"schema {resolve_schema(schema)!r} is at fairq revision {before!r}, which this "
-                f"fairq (at {script.get_current_head()}) does not know: a newer fairq migrated "
-                "it, or a development build from before this release's baseline (then drop the "
-                "schema and migrate again)")
-    command.upgrade(_config(dsn, schema), revision)
-    return before, current(dsn, schema)
+    import psycopg
+
+    s = resolve_schema(schema)
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as turn:
+        # Session-level, on its own connection, and not the migrations' own lock (alembic/env.py
+        # takes that in the migration's transaction): released when this connection closes.
+        turn.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"fairq.migrate.report.{s}",))
+        before = current(dsn, s)
+        if before is not None:
+            script = _script(s)
+            if not _is_known(script, before):
+                raise ConfigurationError(
+                    f"schema {s!r} is at fairq revision {before!r}, which this fairq (at "
+                    f"{script.get_current_head()}) does not know: a newer fairq migrated it, or "
+                    "a development build from before this release's baseline (then drop the "
+                    "schema and migrate again)")
+        command.upgrade(_config(dsn, s), revision)
+        return before, current(dsn, s)
 
 
 def downgrade(dsn: str, schema: str | None = None, revision: str = "base") -> None:

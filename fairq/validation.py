@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fairq.errors import InvalidInput
@@ -49,8 +49,68 @@ def name(kind: str, value: Any) -> str:
 
 
 # What json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":")) uses,
-# made once: json.dumps builds a new encoder on every call that passes options.
-_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+# made once: json.dumps builds a new encoder on every call that passes options. Keys sorted:
+# jsonb keeps no key order anyway, and sorting is what finds, at no cost, the only objects whose
+# keys may collide as JSON text: those mixing str keys with others (1 and "1"), which do not sort.
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"),
+                            sort_keys=True)
+_UNSORTED = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+def _key_text(key: Any) -> str:
+    """A dict key as the json module writes it (a str, int, float, bool or None)."""
+    if isinstance(key, str):
+        return key
+    if key is True or key is False or key is None:
+        return {True: "true", False: "false", None: "null"}[key]
+    return float.__repr__(key) if isinstance(key, float) else int.__repr__(key)
+
+
+def duplicate_key(value: Any) -> str | None:
+    """The first key that two keys of one object of ``value`` both become as JSON text (1 and
+    "1"), or None: the json module would write both and jsonb keep only the last."""
+    if isinstance(value, dict):
+        if not all(type(k) is str for k in value):
+            seen: set[str] = set()
+            for k in value:
+                text = _key_text(k)
+                if text in seen:
+                    return text
+                seen.add(text)
+        values: Any = value.values()
+    elif isinstance(value, list | tuple):
+        values = value
+    else:
+        return None
+    for item in values:
+        if isinstance(item, dict | list | tuple):
+            found = duplicate_key(item)
+            if found is not None:
+                return found
+    return None
+
+
+def has_nul(value: Any) -> bool:
+    """Whether a string of ``value`` (a key or a value, at any depth) holds a NUL character,
+    which jsonb cannot store; the same rule as the SQL enqueue's, on the decoded strings (the
+    text ``\\u0000``, a backslash then "u0000", is no NUL)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any((isinstance(k, str) and "\x00" in k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(has_nul(v) for v in value)
+    return False
+
+
+def encode_json(value: Any) -> tuple[str, bool]:
+    """JSON text of ``value`` as fairq stores it, and whether an object of it mixes str keys
+    with others (then ``duplicate_key`` has to look). Raises what the json module raises:
+    TypeError, ValueError, RecursionError."""
+    try:
+        return _ENCODER.encode(value), False
+    except TypeError:  # not JSON, or keys that do not sort: the unsorted encoder tells which
+        return _UNSORTED.encode(value), True
 
 
 # A JSON string, or a float Python wrote with a positive exponent and no fraction ("1e+20").
@@ -81,7 +141,7 @@ def payload(value: Any) -> str:
     """Encode a payload as JSON text; refuse what jsonb cannot store, what is nested deeper than
     MAX_PAYLOAD_DEPTH or what is bigger than MAX_PAYLOAD_BYTES."""
     try:
-        text = _ENCODER.encode(value)
+        text, mixed_keys = encode_json(value)
     except RecursionError:
         raise InvalidInput(f"payload is nested too deeply; the limit is {MAX_PAYLOAD_DEPTH} "
                            "levels of arrays and objects") from None
@@ -95,8 +155,14 @@ def payload(value: Any) -> str:
         if depth > MAX_PAYLOAD_DEPTH:
             raise InvalidInput(f"payload is nested {depth} levels deep; the limit is "
                                f"{MAX_PAYLOAD_DEPTH} levels of arrays and objects")
-    if "\\u0000" in text:
+    # A NUL is written \u0000; the text also holds that for a backslash followed by "u0000".
+    if "\\u0000" in text and has_nul(value):
         raise InvalidInput("payload must not contain NUL characters (jsonb cannot store them)")
+    if mixed_keys:
+        duplicate = duplicate_key(value)
+        if duplicate is not None:
+            raise InvalidInput(f"payload has two keys that are both {duplicate!r} as JSON text "
+                               "(such as 1 and '1'): one would be lost")
     if text.isascii():  # the common case: one byte a character, no surrogate
         size = len(text)
     else:
@@ -202,6 +268,14 @@ def lease_extension(value: Any) -> float:
     return float(value)
 
 
+# The times a job's run_at may hold, [MIN_RUN_AT, MAX_RUN_AT): every value in it reads back as a
+# Python datetime in any session time zone (one day from either end of datetime's range), and
+# the SQL enqueue and a CHECK on jobs.run_at refuse the same.
+MIN_RUN_AT = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
+RUN_AT_RANGE_MESSAGE = "run_at must be between 1970-01-01 and 9999-01-01 UTC"
+
+
 def run_at(run_at_value: Any, delay: Any) -> datetime | None:
     """The job's run_at: an aware datetime, or ``now + delay`` left to the database clock.
 
@@ -215,6 +289,8 @@ def run_at(run_at_value: Any, delay: Any) -> datetime | None:
             raise InvalidInput(f"run_at must be a datetime, not {type(run_at_value).__name__}")
         if run_at_value.tzinfo is None or run_at_value.utcoffset() is None:
             raise InvalidInput("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        if not MIN_RUN_AT <= run_at_value < MAX_RUN_AT:  # compared in UTC, whatever its zone
+            raise InvalidInput(RUN_AT_RANGE_MESSAGE)
         return run_at_value
     return None
 

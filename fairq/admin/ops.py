@@ -39,8 +39,21 @@ def jobs(store: Store, *, status: str | None, tenant: str | None, task: str | No
         limit=_limit(limit, MAX_LIST))
 
 
+class Retried(list[int]):
+    """What ``App.retry`` did: the ids retried (the list itself), and in ``not_retried`` each
+    job it did not retry with why (an id not known, a job not failed or cancelled, a key that a
+    live job holds again), by id. ``picked`` counts the jobs looked at (``limit`` bounds it)."""
+
+    def __init__(self, retried: Iterable[int], not_retried: dict[int, str],
+                 picked: int) -> None:
+        super().__init__(retried)
+        self.not_retried = dict(sorted(not_retried.items()))
+        self.picked = picked
+
+
 def retry(store: Store, ids: Iterable[int], *, failed: bool, tenant: str | None,
-          limit: int) -> list[int]:
+          limit: int) -> Retried:
+    """Retry each job that can be; say why for each of the others (``Retried``)."""
     wanted = [v.integer("job id", i, 1, 2**63 - 1) for i in ids]
     if bool(wanted) == bool(failed):
         raise InvalidInput("give job ids or failed=True (with an optional tenant), not both")
@@ -48,9 +61,26 @@ def retry(store: Store, ids: Iterable[int], *, failed: bool, tenant: str | None,
         raise InvalidInput("tenant= goes with failed=True, not with job ids")
     if len(wanted) > MAX_RETRY:
         raise InvalidInput(f"at most {MAX_RETRY} job ids at once, not {len(wanted)}")
-    return ops.retry(store, sorted(set(wanted)) or None,
-                     tenant=None if tenant is None else v.name("tenant", tenant),
-                     limit=len(set(wanted)) or _limit(limit, MAX_RETRY))
+    given = sorted(set(wanted)) or None
+    of = None if tenant is None else v.name("tenant", tenant)
+    most = len(given) if given else _limit(limit, MAX_RETRY)
+    retried, held, why = ops.retry(store, given, tenant=of, limit=most)
+    now_retried = set(retried)
+    for h in held:
+        holder = (f"job {h.holder}, retried now" if h.holder in now_retried
+                  else f"job {h.holder}, queued or running")
+        why[h.id] = (f"its idempotency key {h.key!r} is held by {holder}: a key belongs to one "
+                     "live job of its task and tenant")
+    if given:
+        missing = [i for i in given if i not in now_retried and i not in why]
+        states = ops.job_states(store, missing) if missing else {}
+        for job_id in missing:
+            status = states.get(job_id)
+            why[job_id] = ("no such job" if status is None
+                           else f"it is {status}; only failed or cancelled jobs can be retried"
+                           if status not in ("failed", "cancelled")
+                           else "another session is changing it; try again")
+    return Retried(sorted(retried), why, len(retried) + len(why))
 
 
 def cancel_tenant(store: Store, tenant: str, *, queue: str | None, limit: int) -> int:

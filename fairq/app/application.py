@@ -21,6 +21,7 @@ from fairq.observe import NullObserver, WorkerObserver
 from fairq.store import Store
 
 if TYPE_CHECKING:
+    from fairq.admin.ops import Retried
     from fairq.runtime import Worker
     from fairq.runtime.periodic import Periodic
     from fairq.store.aio import AsyncStore
@@ -340,9 +341,11 @@ class App:
                         limit=limit)
 
     def retry(self, *ids: int, failed: bool = False, tenant: str | None = None,
-              limit: int = 1000) -> list[int]:
+              limit: int = 1000) -> Retried:
         """Queue failed (or cancelled) jobs again, due now, attempts reset: the ``ids`` given,
-        or with ``failed=True`` up to ``limit`` failed jobs (of ``tenant``). Returns the ids."""
+        or with ``failed=True`` up to ``limit`` failed jobs (of ``tenant``). Each job that can
+        be is retried; returns the ids retried (a list), with ``.not_retried`` saying for
+        each other job why not (unknown, not failed or cancelled, its key held again)."""
         from fairq.admin import ops
 
         return ops.retry(self.store, ids, failed=failed, tenant=tenant, limit=limit)

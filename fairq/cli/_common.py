@@ -215,7 +215,10 @@ def to_jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, datetime):
-        return value.isoformat()
+        from fairq.store.loaders import OutOfRangeTime
+
+        # A stored time beyond Python's years: the database's own text, not a stand-in's.
+        return str(value) if isinstance(value, OutOfRangeTime) else value.isoformat()
     if isinstance(value, dict):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -33,7 +33,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         description="Serve /metrics (backlog, running vs caps, weights, oldest runnable age, "
         "fairness, expired leases, vacuum health, claim planning vs execution) and /healthz. "
         "The database is read at scrape time, at most once per --interval, under a statement "
-        "timeout. Run one per database, not one per worker.",
+        "timeout; a scrape waits for a read at most 1.5 s, then serves the previous one's "
+        "values. Run one per database, not one per worker.",
     )
     p.add_argument("--port", type=integer("port", minimum=0, maximum=MAX_PORT), default=DEFAULT_PORT,
                    help=f"port for /metrics and /healthz (default {DEFAULT_PORT})")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from fairq import validation as v
 from fairq.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
+    EXIT_USAGE,
     check_connection,
     integer,
     json_argument,
@@ -33,8 +35,12 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     e.add_argument("--tenant", required=True)
     e.add_argument("--payload", type=json_argument("payload"), default=None, metavar="JSON",
                    help="JSON payload (default {})")
-    e.add_argument("--delay", type=number("delay", minimum=0), metavar="SECONDS",
-                   help="run no earlier than this many seconds from now (database clock)")
+    when = e.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=number("delay", minimum=0), metavar="SECONDS",
+                      help="run no earlier than this many seconds from now (database clock)")
+    when.add_argument("--run-at", type=run_at_argument, metavar="TIME",
+                      help="run no earlier than this time: ISO 8601 with a UTC offset, e.g. "
+                      "2030-01-01T09:00:00+00:00, between 1970-01-01 and 9999-01-01 UTC")
     e.add_argument("--priority", type=integer("priority"), help="higher runs first within a tenant")
     e.add_argument("--queue", help="queue name (default: default)")
     e.add_argument("--cost", type=number("cost"), help="work units, for the drr policy (default 1)")
@@ -81,7 +87,9 @@ def run_enqueue(args: argparse.Namespace) -> int:
     v.name("task", args.task)
     v.name("tenant", args.tenant)
     v.payload({} if args.payload is None else args.payload)
+    v.run_at(args.run_at, None)
     options = {"tenant": args.tenant, "payload": args.payload, "delay": args.delay,
+               "run_at": args.run_at,
                "priority": args.priority, "queue": args.queue, "cost": args.cost,
                "max_attempts": args.max_attempts, "lease": args.lease,
                "key": args.key}
@@ -97,6 +105,21 @@ def run_enqueue(args: argparse.Namespace) -> int:
             app.close()
     print(job_id)
     return EXIT_OK
+
+
+def run_at_argument(text: str) -> datetime:
+    """``--run-at``: an ISO 8601 time with its UTC offset (its range is checked with the other
+    options, by ``validation.run_at``)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"run-at must be an ISO 8601 time such as 2030-01-01T09:00:00+00:00, not {text!r}"
+        ) from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"run-at needs a UTC offset (such as +00:00 or Z), not {text!r}")
+    return value
 
 
 def task_app(args: argparse.Namespace) -> App:
@@ -132,7 +155,7 @@ def run_job(args: argparse.Namespace) -> int:
         info = app.job(args.id)
     if info is None:
         print(f"fairq job: no job {args.id}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_USAGE
     print_json(info)
     return EXIT_OK
 
@@ -157,9 +180,11 @@ def run_cancel(args: argparse.Namespace) -> int:
             print(f"cancelled job {args.id}")
             return EXIT_OK
         info = app.job(args.id)
-    why = ("no such job" if info is None
-           else f"it is {info.status}; only queued jobs can be cancelled")
-    print(f"fairq cancel: job {args.id} not cancelled: {why}", file=sys.stderr)
+    if info is None:
+        print(f"fairq cancel: job {args.id} not cancelled: no such job", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"fairq cancel: job {args.id} not cancelled: it is {info.status}; only queued jobs "
+          "can be cancelled", file=sys.stderr)
     return EXIT_ERROR
 
 

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from fairq.cli._common import EXIT_OK, format_table, integer, open_app, print_json
+from fairq.cli._common import EXIT_OK, EXIT_USAGE, format_table, integer, open_app, print_json
 from fairq.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -46,11 +47,17 @@ def _first_line(text: str | None, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
+def _when(at: datetime) -> str:
+    from fairq.store.loaders import OutOfRangeTime
+
+    return str(at) if isinstance(at, OutOfRangeTime) else at.isoformat(timespec="seconds")
+
+
 def _table(jobs: list[JobInfo]) -> str:
     return format_table(
         ["id", "status", "tenant", "task", "queue", "attempts", "run_at", "last_error"],
         [[j.id, j.status, j.tenant, j.task, j.queue, f"{j.attempts}/{j.max_attempts}",
-          j.run_at.isoformat(timespec="seconds"), _first_line(j.last_error)] for j in jobs],
+          _when(j.run_at), _first_line(j.last_error)] for j in jobs],
         right=[True, False, False, False, False, True, False, False],
     )
 
@@ -69,6 +76,8 @@ def run_jobs(args: argparse.Namespace) -> int:
 
 
 def run_retry(args: argparse.Namespace) -> int:
+    import sys
+
     if bool(args.ids) == bool(args.failed):
         raise InvalidInput("give job ids or --failed, not both")
     if args.ids and args.tenant is not None:
@@ -77,10 +86,8 @@ def run_retry(args: argparse.Namespace) -> int:
         retried = app.retry(*args.ids, failed=args.failed, tenant=args.tenant, limit=args.limit)
     print(f"retried {len(retried)} job(s)" + (f": {' '.join(map(str, retried))}"
                                                if retried and len(retried) <= 20 else ""))
-    if args.ids and len(retried) < len(set(args.ids)):
-        missed = sorted(set(args.ids) - set(retried))
-        print(f"not retried (unknown, or not failed or cancelled): "
-              f"{' '.join(map(str, missed[:20]))}{' ...' if len(missed) > 20 else ''}")
-    elif args.failed and len(retried) == args.limit:
+    if args.failed and retried.picked == args.limit:
         print(f"--limit {args.limit} reached: more failed jobs may remain; run again")
-    return EXIT_OK
+    for job_id, why in retried.not_retried.items():  # one line each, on stderr
+        print(f"fairq retry: job {job_id} not retried: {why}", file=sys.stderr)
+    return EXIT_USAGE if retried.not_retried else EXIT_OK

@@ -10,6 +10,10 @@ from fairq.cli._common import EXIT_OK, format_table, integer, number, open_app, 
 if TYPE_CHECKING:
     from fairq.cli._common import Subparsers
 
+# 100 years: the window's start is now() minus the window, and a timestamp far enough back
+# overflows in PostgreSQL.
+MAX_WINDOW_S = 100 * 365 * 86400
+
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     from fairq.metrics.stats import DEFAULT_TIMEOUT_MS, DEFAULT_WINDOW_S
@@ -22,8 +26,10 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "weight among active tenants, the age of the oldest due job, and why its next job has "
         "not started (the reason of `fairq tenants explain`).",
     )
-    p.add_argument("--window", type=number("window", minimum=1), default=DEFAULT_WINDOW_S,
-                   metavar="SECONDS", help=f"recent-claims window (default {DEFAULT_WINDOW_S:g})")
+    p.add_argument("--window", type=number("window", minimum=1, maximum=MAX_WINDOW_S),
+                   default=DEFAULT_WINDOW_S, metavar="SECONDS",
+                   help=f"recent-claims window (default {DEFAULT_WINDOW_S:g}, at most "
+                   f"{MAX_WINDOW_S:g}: 100 years)")
     p.add_argument("--queue", help="only this queue")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--timeout-ms", type=integer("timeout-ms", minimum=1),

@@ -24,131 +24,32 @@ It binds 127.0.0.1 unless told otherwise (``--host``): its series name customers
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from fairq.metrics import OTHER, MetricsServer, db_check, max_tenants_from_env, serve
-from fairq.models import WAIT_REASONS
-from fairq.policies.fairness import jain_index, max_share_error
+from fairq.metrics.exporter_rows import (
+    TenantRow,
+    by_queue,
+    fairness,
+    group_shares,
+    keep_queues,
+    keep_tenants,
+    waiting_family,
+)
 from fairq.runtime.signals import SignalRelay
-from fairq.store.monitor import MonitorSession
+from fairq.store.monitor import MonitorSession, failed_statement
 
 log = logging.getLogger("fairq.exporter")
-
-
-@dataclass(frozen=True, slots=True)
-class TenantRow:
-    queue: str
-    tenant: str
-    weight: float
-    max_running: int
-    running: int
-    claimed_total: int
-    queued: int
-    runnable: int
-    oldest_age: float
-    rate: float | None = None      # jobs per second; None: no rate limit
-    tokens: float | None = None    # its token bucket now
-    throttled: bool = False        # asleep until its next token
-    throttled_seconds: float = 0.0  # time spent with a due job and no token, so far
-    tenant_group: str = "default"
-    group_weight: float = 1.0
-    # Backlogged: its weight times its group's factor over the queue's backlogged tenants of
-    # the group, read from the database (effective_weight); None when not backlogged.
-    effective_weight: float | None = None
-
-
-def keep_tenants(rows: Sequence[TenantRow], limit: int) -> set[str]:
-    """The tenants that keep their own series: half the slots by oldest wait, then by backlog."""
-    age: dict[str, float] = {}
-    backlog: dict[str, tuple[int, int]] = {}
-    for r in rows:
-        age[r.tenant] = max(age.get(r.tenant, 0.0), r.oldest_age)
-        q, run = backlog.get(r.tenant, (0, 0))
-        backlog[r.tenant] = (q + r.queued, run + r.running)
-    if len(backlog) <= limit:
-        return set(backlog)
-    by_age = sorted((t for t in age if age[t] > 0), key=lambda t: (-age[t], t))
-    kept = set(by_age[: math.ceil(limit / 2)])
-    for t in sorted(backlog, key=lambda t: (-backlog[t][0], -backlog[t][1], -age[t], t)):
-        if len(kept) >= limit:
-            break
-        kept.add(t)
-    return kept
-
-
-def keep_queues(rows: Sequence[TenantRow], leases: dict[str, int], limit: int) -> set[str]:
-    """The queues that keep their own series (the same limit as tenants): by backlog, then
-    oldest wait; the others are summed into ``queue="__other__"``."""
-    size: dict[str, tuple[int, float]] = {q: (n, 0.0) for q, n in leases.items()}
-    for r in rows:
-        n, age = size.get(r.queue, (0, 0.0))
-        size[r.queue] = (n + r.queued + r.running, max(age, r.oldest_age))
-    if len(size) <= limit:
-        return set(size)
-    return set(sorted(size, key=lambda q: (-size[q][0], -size[q][1], q))[:limit])
-
-
-def fairness(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float]
-             ) -> dict[str, tuple[float, float]]:
-    """queue -> (Jain's index, max share error) over the queue's backlogged tenants (those
-    with an effective weight)."""
-    out: dict[str, tuple[float, float]] = {}
-    queues = sorted({r.queue for r in rows})
-    for queue in queues:
-        weights = {r.tenant: w for r in rows
-                   if r.queue == queue and (w := r.effective_weight) is not None}
-        service = {t: claims.get((queue, t), 0.0) for t in weights}
-        values = [service[t] / weights[t] for t in service]
-        out[queue] = (jain_index(values), max_share_error(service, weights))
-    return out
-
-
-def group_shares(rows: Sequence[TenantRow], claims: dict[tuple[str, str], float]
-                 ) -> dict[tuple[str, str], tuple[float, float]]:
-    """(queue, group) -> (share of the window's claims, share of weight) over the groups with
-    backlogged tenants."""
-    out: dict[tuple[str, str], tuple[float, float]] = {}
-    for queue in sorted({r.queue for r in rows}):
-        backlogged = [r for r in rows if r.queue == queue and r.runnable > 0 and r.max_running > 0]
-        gw = {r.tenant_group: r.group_weight for r in backlogged}
-        served: dict[str, float] = {}
-        for r in backlogged:
-            served[r.tenant_group] = served.get(r.tenant_group, 0.0) + claims.get((queue, r.tenant), 0.0)
-        total_w, total_s = sum(gw.values()), sum(served.values())
-        for g in sorted(gw):
-            out[(queue, g)] = (served[g] / total_s if total_s else 0.0, gw[g] / total_w)
-    return out
-
-
-def waiting_family(waiting: dict[tuple[str, str], int], queues: set[str]) -> Metric:
-    """``fairq_tenants_waiting``: the tenants of each queue by the reason their next job has not
-    started (docs/explain.md), every reason but no_jobs, 0 included so a series never vanishes.
-    A queue outside ``queues`` (the kept ones) is summed into ``queue="__other__"``."""
-    g = GaugeMetricFamily(
-        "fairq_tenants_waiting",
-        "Tenants with jobs by why their next job has not started (fairq tenants explain): "
-        "running = all their jobs run, nothing waits.", labels=["queue", "reason"])
-    counts: dict[tuple[str, str], int] = {}
-    for q in {q for q, _ in waiting} | queues:
-        for name in WAIT_REASONS:
-            if name != "no_jobs":
-                counts[(q if q in queues else OTHER, name)] = 0
-    for (q, why), n in waiting.items():
-        key = (q if q in queues else OTHER, why)
-        counts[key] = counts.get(key, 0) + n
-    for (q, why), n in sorted(counts.items()):
-        g.add_metric([q, why], float(n))
-    return g
 
 
 class DatabaseCollector:
@@ -156,13 +57,14 @@ class DatabaseCollector:
 
     def __init__(self, dsn: str, schema: str, *, max_tenants: int | None = None,
                  interval: float = 5.0, window: float = 300.0,
-                 statement_timeout_ms: int = 5000) -> None:
-        self.dsn, self.schema = dsn, schema
+                 statement_timeout_ms: int = 5000, scrape_wait: float = 1.5) -> None:
+        self.dsn, self.schema, self.scrape_wait = dsn, schema, scrape_wait
         self.max_tenants = max_tenants_from_env() if max_tenants is None else max_tenants
         self.interval, self.window = interval, window
         self.statement_timeout_ms = statement_timeout_ms
         self._db = MonitorSession(dsn, schema, application_name="fairq-exporter")
         self._lock = threading.Lock()
+        self._refreshing: threading.Thread | None = None
         self._snapshots: deque[tuple[float, dict[tuple[str, str], int]]] = deque()
         self._cached: list[Metric] = []
         self._refreshed_at = -math.inf
@@ -171,6 +73,9 @@ class DatabaseCollector:
         self._duration = 0.0
 
     def close(self) -> None:
+        running = self._refreshing
+        if running is not None:
+            running.join()
         self._db.close()
 
     def _query(self) -> tuple[list[TenantRow], dict[str, int], dict[str, Any] | None,
@@ -180,25 +85,47 @@ class DatabaseCollector:
         return rows, leases, table, waiting
 
     def _window_claims(self, rows: Sequence[TenantRow], now: float) -> dict[tuple[str, str], float]:
-        """Claims per (queue, tenant) since the oldest snapshot still inside the window."""
-        current = {(r.queue, r.tenant): r.claimed_total for r in rows}
-        self._snapshots.append((now, current))
+        """Claims per (queue, tenant) since the oldest snapshot still inside the window. A
+        snapshot is kept every tenth of the window at most (the baseline may start that much
+        earlier): at 100,000 tenants one takes about 20 MB, and one per refresh took gigabytes."""
+        if not self._snapshots or now - self._snapshots[-1][0] >= self.window / 10:
+            self._snapshots.append((now, {(r.queue, r.tenant): r.claimed_total for r in rows}))
         # Keep one snapshot at or just beyond the window's start as the baseline.
         while len(self._snapshots) > 1 and self._snapshots[1][0] <= now - self.window:
             self._snapshots.popleft()
         base = self._snapshots[0][1]
         # A row created in the window counts from 0; a row recreated (lower total) from its own.
-        return {k: float(v - base.get(k, 0)) if v >= base.get(k, 0) else float(v)
-                for k, v in current.items()}
+        # Only the backlogged tenants' claims are judged (fairness, group shares).
+        out: dict[tuple[str, str], float] = {}
+        for r in rows:
+            if (r.runnable > 0 and r.max_running > 0) or r.effective_weight is not None:
+                k = (r.queue, r.tenant)
+                v, b = r.claimed_total, base.get(k, 0)
+                out[k] = float(v - b) if v >= b else float(v)
+        return out
 
     def refresh(self) -> list[Metric]:
         started = time.monotonic()
+        # A refresh builds a few objects per tenant that all live until it ends: the cyclic
+        # collector's passes over them found nothing and cost a quarter of a refresh at 100,000
+        # tenants. Paused for the refresh (nothing in it makes cycles), then back as it was.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._refresh(started)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _refresh(self, started: float) -> list[Metric]:
         try:
             rows, leases, table, waiting = self._query()
         except Exception as exc:
             self._errors += 1
             self._up = 0.0
-            log.warning("exporter query failed: %s", exc)
+            statement = failed_statement(exc)
+            log.warning("exporter query %sfailed: %s",
+                        f"{statement} " if statement else "", " ".join(str(exc).split()))
             self._db.recover(exc)
             return []
         self._up = 1.0
@@ -213,21 +140,24 @@ class DatabaseCollector:
                   ) -> list[Metric]:
         kept = keep_tenants(rows, self.max_tenants)
         kept_queues = keep_queues(rows, leases, self.max_tenants)
-        queued: dict[tuple[str, str], float] = {}
-        running: dict[tuple[str, str], float] = {}
-        delayed: dict[tuple[str, str], float] = {}
-        oldest: dict[tuple[str, str], float] = {}
-        throttled: dict[tuple[str, str], float] = {}
+        # (queue, tenant) label -> [queued, running, delayed, oldest age, throttled seconds]:
+        # one lookup per row, as a refresh reads every tenant.
+        sums: dict[tuple[str, str], list[float]] = {}
         caps: dict[str, float] = {}
         weights: dict[str, float] = {}
         for r in rows:
             label = r.tenant if r.tenant in kept else OTHER
             key = (r.queue if r.queue in kept_queues else OTHER, label)
-            queued[key] = queued.get(key, 0.0) + r.queued
-            running[key] = running.get(key, 0.0) + r.running
-            delayed[key] = delayed.get(key, 0.0) + (r.queued - r.runnable)
-            oldest[key] = max(oldest.get(key, 0.0), r.oldest_age)
-            throttled[key] = throttled.get(key, 0.0) + r.throttled_seconds
+            acc = sums.get(key)
+            if acc is None:
+                sums[key] = [float(r.queued), float(r.running), float(r.queued - r.runnable),
+                             max(0.0, r.oldest_age), r.throttled_seconds]
+            else:
+                acc[0] += r.queued
+                acc[1] += r.running
+                acc[2] += r.queued - r.runnable
+                acc[3] = max(acc[3], r.oldest_age)
+                acc[4] += r.throttled_seconds
             if label != OTHER:
                 caps[r.tenant] = max(caps.get(r.tenant, 0.0), float(r.max_running))
                 weights[r.tenant] = max(weights.get(r.tenant, 0.0), r.weight)
@@ -248,12 +178,13 @@ class DatabaseCollector:
             "fairq_tenant_throttled_seconds",
             "Seconds the tenant had a due job but no token of its rate limit (docs/algorithm.md, "
             "\"Time spent throttled\"); 0 without a limit.", labels=["queue", "tenant"])
-        for key in sorted(queued):
-            g_queued.add_metric(list(key), queued[key])
-            c_throttled.add_metric(list(key), throttled[key])
-            g_delayed.add_metric(list(key), delayed[key])
-            g_running.add_metric(list(key), running[key])
-            g_oldest.add_metric(list(key), oldest[key])
+        for key in sorted(sums):
+            queued, running, delayed, oldest, throttled = sums[key]
+            g_queued.add_metric(list(key), queued)
+            c_throttled.add_metric(list(key), throttled)
+            g_delayed.add_metric(list(key), delayed)
+            g_running.add_metric(list(key), running)
+            g_oldest.add_metric(list(key), oldest)
         g_cap = GaugeMetricFamily("fairq_tenant_max_running",
                                   "Tenant's cap on running jobs (0 = paused).", labels=["tenant"])
         g_weight = GaugeMetricFamily("fairq_tenant_weight", "Tenant's fair-share weight.",
@@ -269,7 +200,8 @@ class DatabaseCollector:
             "fairq_fairness_max_share_error",
             f"Max over backlogged tenants of |share of claims - share of weight|, last "
             f"{self.window:g}s.", labels=["queue"])
-        for queue, (jain, err) in fairness(rows, claims).items():
+        grouped = by_queue(rows)
+        for queue, (jain, err) in fairness(rows, claims, grouped).items():
             if queue in kept_queues:  # a folded queue's fairness is not a sum: not exported
                 g_jain.add_metric([queue], jain)
                 g_err.add_metric([queue], err)
@@ -290,7 +222,7 @@ class DatabaseCollector:
             value=float(len(folded)))
         out: list[Metric] = [g_queued, g_delayed, g_running, g_oldest, c_throttled, g_cap, g_weight,
                              g_jain, g_err, g_leases, g_folded, *self._rate_families(rows, kept, kept_queues),
-                             *self._group_families(rows, claims, kept_queues)]
+                             *self._group_families(rows, claims, kept_queues, grouped)]
         if table is not None:
             last = max(table["last_autovacuum"] or 0.0, table["last_vacuum"] or 0.0)
             out += [
@@ -337,7 +269,7 @@ class DatabaseCollector:
         return [g_rate, g_tokens, g_throttled]
 
     def _group_families(self, rows: Sequence[TenantRow], claims: dict[tuple[str, str], float],
-                        queues: set[str]) -> list[Metric]:
+                        queues: set[str], grouped: dict[str, list[TenantRow]]) -> list[Metric]:
         """Each tenant group's share of the window's claims against its share of weight, on the
         kept queues (a share is not a sum: a folded queue has none)."""
         g_claims = GaugeMetricFamily(
@@ -348,7 +280,7 @@ class DatabaseCollector:
             "fairq_group_weight_share",
             "Group's weight over the weights of the groups with backlogged tenants.",
             labels=["queue", "group"])
-        for (queue, group), (served, weight) in group_shares(rows, claims).items():
+        for (queue, group), (served, weight) in group_shares(rows, claims, grouped).items():
             if queue not in queues:
                 continue
             g_claims.add_metric([queue, group], served)
@@ -356,10 +288,21 @@ class DatabaseCollector:
         return [g_claims, g_weight]
 
     def collect(self) -> Iterator[Metric]:
+        """The cached families, refreshed first when older than ``interval``. The refresh runs
+        on a thread of its own, and a scrape waits for it at most ``scrape_wait`` seconds: past
+        that (a slow database, tens of thousands of tenants) the scrape serves the previous
+        refresh's values and the next scrape gets the new ones, so that Prometheus' scrape
+        timeout is never what ends it. The first scrape waits for the first refresh."""
         with self._lock:
-            if time.monotonic() - self._refreshed_at >= self.interval or not self._up:
-                self._cached = self.refresh()
-                self._refreshed_at = time.monotonic()
+            due = time.monotonic() - self._refreshed_at >= self.interval or not self._up
+            if due and self._refreshing is None:
+                self._refreshing = threading.Thread(target=self._refresh_cache, daemon=True,
+                                                    name="fairq-exporter-refresh")
+                self._refreshing.start()
+            running, first = self._refreshing, self._refreshed_at == -math.inf
+        if running is not None:
+            running.join(None if first else self.scrape_wait)
+        with self._lock:
             cached = list(self._cached)
             up, errors, duration = self._up, self._errors, self._duration
         yield from cached
@@ -369,6 +312,14 @@ class DatabaseCollector:
                                   "Database reads that failed or timed out.", value=errors)
         yield GaugeMetricFamily("fairq_exporter_refresh_seconds",
                                 "Duration of the last database read.", value=duration)
+
+    def _refresh_cache(self) -> None:
+        families: list[Metric] = []
+        try:
+            families = self.refresh()
+        finally:
+            with self._lock:
+                self._cached, self._refreshed_at, self._refreshing = families, time.monotonic(), None
 
 
 def build_registry(dsn: str, schema: str, *, max_tenants: int | None = None,

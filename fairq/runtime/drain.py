@@ -44,7 +44,9 @@ class Drain:
         A fair claim comes back empty only when no tenant it could lock has a due job under its
         cap and with a token (docs/algorithm.md). Expired leases are returned first, so a drain
         does not end with a dead worker's jobs still ``running``; a job they hand back is
-        claimed like any other.
+        claimed like any other. Nor with its own: a job still running under this worker's lease
+        while nothing of it runs here was claimed but never reached it (a claim whose rows
+        could not be read), and the drain goes on until that lease expires and it is reaped.
         """
         sh = self.shared
         with sh.lock:
@@ -54,6 +56,13 @@ class Drain:
         for queue in sorted(set(reaped.requeued) | set(reaped.failed)):
             self.observer.on_reap(queue, reaped.requeued.get(queue, 0) + reaped.failed.get(queue, 0))
         if reaped.total:
+            return False
+        stranded, expires_in = store.held_running(self.worker_id)
+        if stranded:
+            log.warning("worker %s: %d job(s) claimed by this worker never reached it; waiting "
+                        "%.1fs for their leases to expire", self.worker_id, stranded,
+                        max(0.0, expires_in))
+            sh.wake_tenants_at(time.monotonic() + max(MIN_WAKE_SECONDS, expires_in))
             return False
         if claim_round(store, True):
             return False

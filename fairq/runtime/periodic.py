@@ -25,13 +25,26 @@ if TYPE_CHECKING:
 
 
 def cron(expr: Any) -> str:
-    """A cron expression cronsim accepts (5 fields, or 6 with seconds first), else InvalidInput."""
+    """A cron expression cronsim accepts (5 fields, or 6 with seconds first) that fires at most
+    once a minute, else InvalidInput.
+
+    Several seconds in the seconds field (``* * * * * *``, ``*/10 * * * * *``) are refused:
+    an idle worker runs the schedules only on its polls (every 5 s by default) and enqueues the
+    latest due tick of each, so ticks closer together than that would be skipped, not each
+    enqueued once. A single second (``30 */5 * * * *``) is a tick a minute at most.
+    """
     if not isinstance(expr, str):
         raise InvalidInput(f"cron must be a string, not {type(expr).__name__}")
     try:
-        next(CronSim(expr, datetime(2000, 1, 1, tzinfo=UTC)))
+        schedule = CronSim(expr, datetime(2000, 1, 1, tzinfo=UTC))
+        next(schedule)
     except (CronSimError, StopIteration) as exc:
         raise InvalidInput(f"invalid cron expression {expr!r}: {exc}") from None
+    if len(schedule.seconds) > 1:
+        raise InvalidInput(
+            f"cron {expr!r} fires more than once a minute (seconds field "
+            f"{schedule.parts[0]!r}); periodic schedules fire at most once a minute: give one "
+            "second in the seconds field, or use 5 fields")
     return expr
 
 

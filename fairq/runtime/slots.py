@@ -17,6 +17,7 @@ from fairq.results import encode_result
 from fairq.runtime.failure_log import FailureLog
 from fairq.runtime.state import Completion, Running, Shared, describe_error
 from fairq.store import Store
+from fairq.store.loaders import OutOfRangeTime
 
 
 class TaskHandler(Protocol):
@@ -157,6 +158,11 @@ class Slots:
         if isinstance(job.payload, UndecodablePayload):
             self.complete(job, f"payload cannot be decoded ({job.payload.undecodable_payload}); "
                           "failed without retries", 0.0, final=True)
+            return
+        if isinstance(job.run_at, OutOfRangeTime):  # the one time of a claim a user can set
+            self.complete(job, f"run_at {job.run_at} cannot be decoded: it is outside the years "
+                          "Python can hold (run_at must be between 1970-01-01 and 9999-01-01 "
+                          "UTC); failed without retries", 0.0, final=True)
             return
         task = self.tasks.get(job.task)
         if task is None:

@@ -16,15 +16,18 @@ LIMIT %(limit)s;
 -- name: retry_jobs
 -- Failed (or cancelled) jobs back to queued, due now, with their attempts reset; the last error
 -- stays for reference. Either the ids given or, with ids NULL, up to `limit` failed jobs
--- (optionally of one tenant). Their tenants become runnable by the engine's activation rule
--- (docs/algorithm.md): an idle tenant starts at its queue's virtual time V; a tenant fairq has
--- no schedule row for (deleted) gets one, as an enqueue would create it.
+-- (optionally of one tenant). A job whose idempotency key a live (queued or running) job of its
+-- task and tenant holds stays as it is, and so does the second of two picked jobs with one key:
+-- both are returned with the job that holds the key (held_by), the others retried. Their
+-- tenants become runnable by the engine's activation rule (docs/algorithm.md): an idle tenant
+-- starts at its queue's virtual time V; a tenant fairq has no schedule row for (deleted) gets
+-- one, as an enqueue would create it.
 -- (Two branches, each off when its parameter is: the ids go by the primary key, the failed
 -- jobs by the finished-jobs index.)
 WITH picked AS MATERIALIZED (
     -- The candidates' ids sorted (a few: the ids given, or `limit` of the failed jobs), then
     -- each locked by its key in that order; never the jobs table read in key order.
-    SELECT x.id FROM (
+    SELECT x.id, x.task, x.tenant, x.key FROM (
         (SELECT f.id FROM {schema}.jobs f
          WHERE f.id = ANY(%(ids)s::bigint[]) AND f.status IN ('failed', 'cancelled'))
         UNION ALL
@@ -35,16 +38,31 @@ WITH picked AS MATERIALIZED (
          LIMIT %(limit)s)
         ORDER BY 1) w
     CROSS JOIN LATERAL (
-        SELECT q.id FROM {schema}.jobs q
+        SELECT q.id, q.task, q.tenant, q.key FROM {schema}.jobs q
         WHERE q.id = w.id AND q.status IN ('failed', 'cancelled')
         FOR UPDATE OF q SKIP LOCKED) x
     LIMIT %(limit)s
+),
+judged AS MATERIALIZED (
+    -- The job holding each picked key: a live job of the same task, tenant and key (the keys'
+    -- unique index), else the first picked job with that key (a window over the picked rows,
+    -- not a search of them per row), which is retried.
+    SELECT p.id, p.key,
+           CASE WHEN p.key IS NOT NULL THEN coalesce(
+               (SELECT l.id FROM {schema}.jobs l
+                WHERE l.task = p.task AND l.key = p.key AND l.tenant = p.tenant
+                  AND l.status IN ('queued', 'running')
+                LIMIT 1),
+               nullif(p.first_id, p.id))
+           END AS held_by
+    FROM (SELECT k.*, min(k.id) OVER (PARTITION BY k.task, k.tenant, k.key) AS first_id
+          FROM picked k) p
 ),
 retried AS (
     UPDATE {schema}.jobs j
     SET status = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL,
         locked_until = NULL, locked_by = NULL
-    FROM picked p WHERE j.id = p.id
+    FROM judged p WHERE j.id = p.id AND p.held_by IS NULL
     RETURNING j.id, j.queue, j.tenant
 ),
 per_tenant AS (SELECT DISTINCT r.queue, r.tenant FROM retried r),
@@ -76,12 +94,30 @@ woken AS (
         vtime = CASE WHEN ts.active THEN ts.vtime ELSE {schema}.queue_vtime(ts.queue) END
     FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
     RETURNING ts.queue
+),
+notified AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT p.queue FROM per_tenant p) q
 )
-SELECT r.id, r.queue,
-       (SELECT count(pg_notify(%(channel)s, q.queue))
-        FROM (SELECT DISTINCT p.queue FROM per_tenant p) q) AS notified,
+SELECT r.id, NULL::text AS key, NULL::bigint AS held_by,
+       (SELECT n FROM notified) AS notified,
        (SELECT count(*) FROM new_tenants) + (SELECT count(*) FROM woken) AS tenants_touched
-FROM retried r ORDER BY r.id;
+FROM retried r
+UNION ALL
+SELECT p.id, p.key, p.held_by, NULL, NULL FROM judged p WHERE p.held_by IS NOT NULL
+ORDER BY 1;
+
+-- name: failed_jobs
+-- The failed jobs retry_jobs without ids picks, in its order (one at a time, when a batch
+-- could not be retried whole).
+SELECT f.id FROM {schema}.jobs f
+WHERE f.status = 'failed' AND (%(tenant)s::text IS NULL OR f.tenant = %(tenant)s::text)
+ORDER BY f.finished_at
+LIMIT %(limit)s;
+
+-- name: job_states
+-- The status of each of these jobs (a missing id: no such job), to say why one was not retried.
+SELECT j.id, j.status FROM {schema}.jobs j WHERE j.id = ANY(%(ids)s::bigint[]);
 
 -- name: cancel_tenant
 -- A tenant's queued jobs (of one queue, or all) -> cancelled, up to `limit` in one statement.

@@ -69,25 +69,39 @@ SELECT t.tenant, t.weight, t.max_running, true AS configured, t.rate, t.burst,
 FROM {schema}.tenants t WHERE t.tenant = %(tenant)s;
 
 -- name: list_tenants
--- Every tenant fairq knows (configured or seen in a queue), with its effective settings.
+-- Every tenant fairq knows (configured or seen in a queue), with its effective settings. One
+-- pass over each table, grouped by tenant (a hash aggregate and one sort), so the work is linear
+-- in tenants: a join or a correlated sum by tenant would be read per tenant, as neither the
+-- schedule's key (queue, tenant) nor fairq's planner settings (no hash or merge joins) give
+-- anything better than a walk of the whole table for each.
 WITH d AS (
     SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running,
            (value->>'rate')::float8 AS rate, (value->>'burst')::int AS burst
     FROM {schema}.settings WHERE key = 'tenant_defaults'
 ),
-names AS (
-    SELECT tenant FROM {schema}.tenants
-    UNION SELECT DISTINCT tenant FROM {schema}.tenant_schedule
+known AS (
+    SELECT x.tenant, bool_or(x.configured) AS configured, sum(x.running) AS running,
+           max(x.weight) AS weight, max(x.max_running) AS max_running, max(x.rate) AS rate,
+           max(x.burst) AS burst, max(x.tenant_group) AS tenant_group
+    FROM (
+        SELECT ts.tenant, false AS configured, ts.running, NULL::float8 AS weight,
+               NULL::int AS max_running, NULL::float8 AS rate, NULL::int AS burst,
+               NULL::text AS tenant_group
+        FROM {schema}.tenant_schedule ts
+        UNION ALL
+        SELECT t.tenant, true, 0, t.weight, t.max_running, t.rate, t.burst, t.tenant_group
+        FROM {schema}.tenants t
+    ) x
+    GROUP BY x.tenant
 )
-SELECT n.tenant, coalesce(t.weight, d.weight) AS weight,
-       coalesce(t.max_running, d.max_running) AS max_running,
-       t.tenant IS NOT NULL AS configured,
-       coalesce((SELECT sum(ts.running) FROM {schema}.tenant_schedule ts WHERE ts.tenant = n.tenant), 0)::int AS running,
-       CASE WHEN t.tenant IS NOT NULL THEN t.rate ELSE d.rate END AS rate,
-       CASE WHEN t.tenant IS NOT NULL THEN t.burst ELSE d.burst END AS burst,
-       t.tenant_group AS "group"
-FROM names n LEFT JOIN {schema}.tenants t ON t.tenant = n.tenant CROSS JOIN d
-ORDER BY n.tenant;
+SELECT k.tenant, CASE WHEN k.configured THEN k.weight ELSE d.weight END AS weight,
+       CASE WHEN k.configured THEN k.max_running ELSE d.max_running END AS max_running,
+       k.configured, k.running::int AS running,
+       CASE WHEN k.configured THEN k.rate ELSE d.rate END AS rate,
+       CASE WHEN k.configured THEN k.burst ELSE d.burst END AS burst,
+       k.tenant_group AS "group"
+FROM known k LEFT JOIN d ON true
+ORDER BY k.tenant;
 
 -- name: upsert_group
 INSERT INTO {schema}.tenant_groups (tenant_group, weight, updated_at)
@@ -100,14 +114,18 @@ UPDATE {schema}.group_schedule SET refreshed_at = '-infinity';
 
 -- name: list_groups
 -- Every configured group, and the group 'default' of the tenants without one (weight 1 unless
--- configured), with how many tenants are in it.
-WITH g AS (
-    SELECT tg.tenant_group, tg.weight, true AS configured FROM {schema}.tenant_groups tg
+-- configured), with how many tenants are in it: one pass over the tenants, grouped (a count
+-- per group by a correlated subquery would read every tenant once per group).
+SELECT x.name, coalesce(max(x.weight), 1.0) AS weight, bool_or(x.configured) AS configured,
+       sum(x.tenants)::int AS tenants
+FROM (
+    SELECT tg.tenant_group AS name, tg.weight, true AS configured, true AS listed, 0 AS tenants
+    FROM {schema}.tenant_groups tg
     UNION ALL
-    SELECT 'default', 1.0, false
-    WHERE NOT EXISTS (SELECT 1 FROM {schema}.tenant_groups tg WHERE tg.tenant_group = 'default')
-)
-SELECT g.tenant_group AS name, g.weight, g.configured,
-       (SELECT count(*) FROM {schema}.tenants t
-        WHERE coalesce(t.tenant_group, 'default') = g.tenant_group)::int AS tenants
-FROM g ORDER BY g.tenant_group;
+    SELECT 'default', NULL, false, true, 0
+    UNION ALL
+    SELECT coalesce(t.tenant_group, 'default'), NULL, false, false, 1 FROM {schema}.tenants t
+) x
+GROUP BY x.name
+HAVING bool_or(x.listed)
+ORDER BY x.name;

@@ -75,6 +75,17 @@ def tenant_waits(store: Store, *, queue: str | None, tenant: str | None,
         return cur.fetchall()
 
 
+_STATEMENT_NOTE = "fairq statement: "
+
+
+def failed_statement(error: BaseException) -> str | None:
+    """The named statement a ``MonitorSession`` read failed in (None: not one of its reads)."""
+    for note in getattr(error, "__notes__", ()):
+        if isinstance(note, str) and note.startswith(_STATEMENT_NOTE):
+            return note[len(_STATEMENT_NOTE):]
+    return None
+
+
 def ping(dsn: str, timeout: float = 2.0) -> None:
     """Connect and run ``SELECT 1``; raises the driver's error when the database does not answer.
     A fresh connection each time: a health check must not trust a pooled one."""
@@ -140,21 +151,30 @@ class MonitorSession:
         statistics (None when PostgreSQL has none), and how many tenants of each queue wait for
         each reason (``tenant_waits``, one set-based read; tenants without jobs not counted)."""
         conn = self._session()
+        name = "metrics_timeouts"
         reasons: dict[tuple[str, str], int] = {}
-        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(self.statement("metrics_timeouts"),
-                        {"statement_ms": str(timeout_ms), "lock_ms": str(timeout_ms)})
-            cur.execute(self.statement("exporter_tenants"))
-            tenants = cur.fetchall()
-            cur.execute(self.statement("exporter_expired_leases"))
-            leases = {r["queue"]: int(r["expired"]) for r in cur.fetchall()}
-            cur.execute(self.statement("exporter_jobs_table"), {"schema": self.schema})
-            table = cur.fetchone()
-            cur.execute(self.statement("tenant_waits"), waits_params(None, None))
-            for r in cur:
-                if r["reason"] != "no_jobs":
-                    key = (r["queue"], r["reason"])
-                    reasons[key] = reasons.get(key, 0) + 1
+        try:
+            with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(self.statement(name),
+                            {"statement_ms": str(timeout_ms), "lock_ms": str(timeout_ms)})
+                name = "exporter_tenants"
+                cur.execute(self.statement(name))
+                tenants = cur.fetchall()
+                name = "exporter_expired_leases"
+                cur.execute(self.statement(name))
+                leases = {r["queue"]: int(r["expired"]) for r in cur.fetchall()}
+                name = "exporter_jobs_table"
+                cur.execute(self.statement(name), {"schema": self.schema})
+                table = cur.fetchone()
+                name = "tenant_waits"
+                cur.execute(self.statement(name), waits_params(None, None))
+                for r in cur:
+                    if r["reason"] != "no_jobs":
+                        key = (r["queue"], r["reason"])
+                        reasons[key] = reasons.get(key, 0) + 1
+        except psycopg.Error as exc:
+            exc.add_note(f"{_STATEMENT_NOTE}{name}")  # which read failed (a timeout, say)
+            raise
         return tenants, leases, table, reasons
 
     # -- the claim probe: pg_stat_statements ------------------------------------------------------

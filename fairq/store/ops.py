@@ -7,7 +7,7 @@ claim holds, so they are safe while workers run.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import psycopg
@@ -34,14 +34,65 @@ def list_jobs(store: Store, *, status: str | None = None, tenant: str | None = N
         return [_job(r) for r in cur.fetchall()]
 
 
+@dataclass(frozen=True, slots=True)
+class KeyHeld:
+    """A job ``retry_jobs`` left as it was: ``holder`` holds its idempotency ``key`` (a live job
+    of its task and tenant, or a job with the same key retried by the same statement)."""
+
+    id: int
+    key: str
+    holder: int
+
+
 def retry(store: Store, ids: list[int] | None, *, tenant: str | None = None,
-          limit: int = 1000) -> list[int]:
+          limit: int = 1000) -> tuple[list[int], list[KeyHeld], dict[int, str]]:
     """Failed or cancelled jobs (``ids``, or with None up to ``limit`` failed ones, optionally
-    of ``tenant``) queued again, due now, attempts reset; returns the ids retried."""
+    of ``tenant``) queued again, due now, attempts reset. Returns the ids retried, the jobs left
+    as they were because their key is held, and the jobs the database refused (id: why)."""
+    try:
+        retried, held = _retry(store, ids, tenant=tenant, limit=limit)
+        return retried, held, {}
+    except psycopg.errors.UniqueViolation:
+        pass
+    # An enqueue took one of the keys while the statement ran (or the keys' unique index is
+    # stricter than the statement's check): one job at a time, so that each fails alone.
+    retried, held, refused = [], [], {}
+    for job_id in ids or retry_candidates(store, tenant=tenant, limit=limit):
+        try:
+            done, held_one = _retry(store, [job_id], tenant=None, limit=1)
+        except psycopg.errors.UniqueViolation as exc:
+            detail = " ".join((exc.diag.message_detail or "").split())
+            refused[job_id] = ("its idempotency key is held by another queued or running job"
+                               + (f" ({detail})" if detail else ""))
+            continue
+        retried += done
+        held += held_one
+    return retried, held, refused
+
+
+def _retry(store: Store, ids: list[int] | None, *, tenant: str | None,
+           limit: int) -> tuple[list[int], list[KeyHeld]]:
     with store.cursor() as cur:
         cur.execute(store.statement("retry_jobs"), {"ids": ids, "tenant": tenant, "limit": limit,
                                             "channel": store.channel})
+        rows = cur.fetchall()
+    return ([int(r["id"]) for r in rows if r["held_by"] is None],
+            [KeyHeld(int(r["id"]), str(r["key"]), int(r["held_by"]))
+             for r in rows if r["held_by"] is not None])
+
+
+def retry_candidates(store: Store, *, tenant: str | None, limit: int) -> list[int]:
+    """The failed jobs ``retry`` without ids would pick (of ``tenant``), oldest finish first."""
+    with store.cursor() as cur:
+        cur.execute(store.statement("failed_jobs"), {"tenant": tenant, "limit": limit})
         return [int(r["id"]) for r in cur.fetchall()]
+
+
+def job_states(store: Store, ids: list[int]) -> dict[int, str]:
+    """The status of each of ``ids`` that exists."""
+    with store.cursor() as cur:
+        cur.execute(store.statement("job_states"), {"ids": ids})
+        return {int(r["id"]): str(r["status"]) for r in cur.fetchall()}
 
 
 def cancel_tenant(store: Store, tenant: str, *, queue: str | None = None,

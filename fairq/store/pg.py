@@ -242,6 +242,13 @@ class Store(StoreSessions):
             row = cur.fetchone()
             return bool(row and row["n"])
 
+    def held_running(self, worker: str) -> tuple[int, float]:
+        """How many jobs run under ``worker``'s leases, and seconds until the first expires."""
+        with self.cursor() as cur:
+            cur.execute(self.statement("held_running"), {"worker": worker})
+            row = cur.fetchone()
+        return (0, 0.0) if not row or not row["n"] else (int(row["n"]), float(row["seconds"]))
+
     # -- periodic schedules ---------------------------------------------------------------
     def periodic_state(self, keys: Sequence[tuple[str, str]]
                        ) -> tuple[datetime, dict[tuple[str, str], datetime | None]]:

@@ -105,8 +105,10 @@ def test_retry_failed_jobs_reactivates_their_idle_tenant(
         c = app.enqueue("t", tenant="c", delay=3600)
         app.cancel(c)
         assert app.retry(c, good) == [c]
-        code, out, _ = run(capsys, "--dsn", dsn, "retry", str(good))
-        assert code == 0 and "retried 0 job(s)" in out and "not retried" in out
+        code, out, err = run(capsys, "--dsn", dsn, "retry", str(good))
+        assert code == 2 and "retried 0 job(s)" in out
+        assert err.strip() == (f"fairq retry: job {good} not retried: it is done; only failed "
+                               "or cancelled jobs can be retried")
     finally:
         app.close()
 

@@ -12,14 +12,8 @@ import psycopg
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from fairq.metrics.exporter import (
-    DatabaseCollector,
-    TenantRow,
-    build_registry,
-    fairness,
-    keep_queues,
-    keep_tenants,
-)
+from fairq.metrics.exporter import DatabaseCollector, build_registry
+from fairq.metrics.exporter_rows import TenantRow, fairness, keep_queues, keep_tenants
 from fairq.models import GroupConfig, TenantConfig
 from fairq.policies import get_policy
 from fairq.store import Store

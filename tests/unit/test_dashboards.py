@@ -215,6 +215,7 @@ class SyntheticFairq:
                 ("fairq_tenant_throttled", qt),
                 ("fairq_group_claim_share", ["queue", "group"]),
                 ("fairq_group_weight_share", ["queue", "group"]),
+                ("fairq_tenants_waiting", ["queue", "reason"]),
             ]
         }
         g["fairq_tenant_rate_limit"].labels("default", "acme").set(5.0)
@@ -235,6 +236,8 @@ class SyntheticFairq:
         g["fairq_fairness_jain_index"].labels("default").set(0.62)
         g["fairq_fairness_max_share_error"].labels("default").set(0.3)
         g["fairq_claim_replan_ratio"].labels("weighted").set(0.01)
+        for reason, n in (("running", 2), ("at_cap", 1), ("waiting_turn", 3)):
+            g["fairq_tenants_waiting"].labels("default", reason).set(n)
         g["fairq_metrics_tenants_folded"].set(0)
         g["fairq_jobs_last_autovacuum_timestamp_seconds"].set(time.time() - 3600)
         self.dead_tuples = g["fairq_jobs_dead_tuples"]

@@ -1,0 +1,10 @@
+-- What `run(until_empty=True)` asks before it ends (fairq/runtime/drain.py).
+
+-- name: held_running
+-- Jobs still running under this worker's lease: once nothing of the worker runs, any such job is
+-- stranded (its claim committed, its rows never reached the worker), and the drain waits for
+-- the first of their leases to expire so that the reaper hands them back. Read through the
+-- running jobs' lease index.
+SELECT count(*)::int AS n, extract(epoch FROM min(j.locked_until) - now())::float8 AS seconds
+FROM {schema}.jobs j
+WHERE j.status = 'running' AND j.locked_until IS NOT NULL AND j.locked_by = %(worker)s;
