@@ -79,8 +79,8 @@ def functions(dsn: str, schema: str) -> set[str]:
     return {r[0] for r in rows}
 
 
-# Every function the baseline creates: the ones the named statements and Python call, and the
-# ones those call (alembic/versions/0001_baseline/*.sql).
+# Every function the migrations create: the ones the named statements and Python call, and the
+# ones those call (fairq.schema.FUNCTION_FILES).
 FUNCTIONS = {"claim_fair", "claim_room", "claim_settle", "claim_terms", "eff_weight",
              "effective_weight", "enqueue", "enqueue_many", "groups_due", "queue_vtime",
              "refresh_groups", "tenant_dry", "tenant_tokens", "throttled_open", "throttled_total",
@@ -103,6 +103,31 @@ def test_baseline_up_down_up(empty_dsn: str) -> None:
     assert drift(empty_dsn, "fairq") == []
 
 
+def functiondefs(dsn: str, schema: str) -> dict[tuple[str, str], str]:
+    """Each function's whole definition (SET clauses, SECURITY DEFINER, body) and its grants,
+    with the schema's name and NOTIFY channel taken out."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT p.proname, pg_get_function_identity_arguments(p.oid), "
+            "pg_get_functiondef(p.oid) || (SELECT string_agg(a::text, ',' ORDER BY a::text) "
+            "FROM unnest(coalesce(p.proacl, acldefault('f', p.proowner))) a) "
+            "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s", (schema,)).fetchall()
+    return {(name, args.replace(f"{schema}.", "")):
+            text.replace(f'"{schema}".', "").replace(f" {schema}.", " ")
+                .replace(f"'fairq_{schema}'", "chan") for name, args, text in rows}
+
+
+def constraints(dsn: str, schema: str) -> dict[str, str]:
+    """Every constraint's definition by name (autogenerate does not compare CHECKs)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
+            "JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = %s "
+            "AND c.conname <> 'alembic_version_pkc'", (schema,)).fetchall()
+    return dict(rows)
+
+
 def test_the_claim_inlines_the_effective_weight(dsn: str) -> None:
     """effective_weight, the one definition of weight x group factor, is inlined where it is
     called in a statement: the claim's walk pays no function call per tenant."""
@@ -111,7 +136,46 @@ def test_the_claim_inlines_the_effective_weight(dsn: str) -> None:
             "EXPLAIN VERBOSE SELECT fairq.effective_weight(ts.weight, (SELECT g.factor "
             "FROM fairq.group_schedule g WHERE g.queue = ts.queue)) FROM fairq.tenant_schedule ts"
         ).fetchall())
-    assert "Output: (ts.weight * COALESCE((SubPlan" in plan and "effective_weight" not in plan, plan
+    assert "Output: LEAST((ts.weight * COALESCE((SubPlan" in plan, plan
+    assert "effective_weight" not in plan, plan
+
+
+def test_the_rate_limit_functions_are_inlined(dsn: str) -> None:
+    """The rate-limit sql functions (set no search_path so that they stay inlinable) are
+    inlined: a statement calling them calls no function of fairq's."""
+    names = ("claim_room", "tenant_tokens", "tenant_dry", "token_due", "token_at",
+             "throttled_open", "throttled_total")
+    with psycopg.connect(dsn) as conn:
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN VERBOSE SELECT " + ", ".join(f"fairq.{n}(ts)" for n in names)
+            + " FROM fairq.tenant_schedule ts").fetchall())
+    assert not [n for n in names if n in plan], plan
+
+
+def test_0002_downgrade_restores_the_baseline(empty_dsn: str) -> None:
+    """Down from 0002 to 0001, every function, constraint and index is the baseline's again
+    (compared with a schema only ever migrated to 0001), and up again is 0002's."""
+    migrate.upgrade(empty_dsn, "fairq_base", "0001")
+    baseline = (functiondefs(empty_dsn, "fairq_base"), constraints(empty_dsn, "fairq_base"))
+    migrate.upgrade(empty_dsn, "fairq")
+    head = (functiondefs(empty_dsn, "fairq"), constraints(empty_dsn, "fairq"))
+    assert head != baseline
+    migrate.downgrade(empty_dsn, "fairq", "0001")
+    assert (functiondefs(empty_dsn, "fairq"), constraints(empty_dsn, "fairq")) == baseline
+    migrate.upgrade(empty_dsn, "fairq")
+    assert (functiondefs(empty_dsn, "fairq"), constraints(empty_dsn, "fairq")) == head
+    assert drift(empty_dsn, "fairq") == []
+
+
+def test_0002_downgrade_refuses_keys_two_tenants_share(dsn: str) -> None:
+    """Keys are per tenant from 0002: the baseline's index (per task) cannot hold two tenants'
+    jobs with one key, so the downgrade says so and changes nothing."""
+    with psycopg.connect(dsn) as conn:
+        for tenant in ("a", "b"):
+            conn.execute("SELECT fairq.enqueue('t', %s, key => 'k')", (tenant,))
+    with pytest.raises(Exception, match="two tenants have a queued or running job"):
+        migrate.downgrade(dsn, "fairq", "0001")
+    assert migrate.current(dsn, "fairq") == migrate.head()
 
 
 def test_upgrade_is_idempotent(empty_dsn: str) -> None:
@@ -163,19 +227,13 @@ def test_metadata_create_all_matches_the_migration(empty_dsn: str) -> None:
                     "AND indexname <> 'alembic_version_pkc'", (s,)).fetchall()}
                 for s in ("fairq", "fairq_md")}
     assert defs["fairq"] and defs["fairq"] == defs["fairq_md"]
-    # The same functions, each with the body of the newest version that defines it.
-    def same(s: str, text: str) -> str:  # the schema's name and NOTIFY channel taken out
-        return text.replace(f'"{s}".', "").replace(f"'fairq_{s}'", "chan")
-
-    with psycopg.connect(empty_dsn) as conn:
-        funcs = {s: {(name, args.replace(f"{s}.", "")): same(s, src) for name, args, src in conn.execute(
-                     "SELECT p.proname, pg_get_function_identity_arguments(p.oid), p.prosrc "
-                     "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                     "WHERE n.nspname = %s", (s,)).fetchall()}
-                 for s in ("fairq", "fairq_md")}
+    # The same functions, each as the newest version defines it (body, SET clauses, SECURITY
+    # DEFINER, grants), and the same constraints.
+    funcs = {s: functiondefs(empty_dsn, s) for s in ("fairq", "fairq_md")}
     assert sorted(funcs["fairq_md"]) == sorted(funcs["fairq"]) != []
     for key, src in funcs["fairq"].items():
         assert funcs["fairq_md"][key] == src, key
+    assert constraints(empty_dsn, "fairq_md") == constraints(empty_dsn, "fairq") != {}
 
 
 def test_concurrent_migrations_from_many_processes_all_succeed(empty_dsn: str) -> None:
@@ -287,8 +345,8 @@ def test_worker_refuses_a_schema_that_was_never_migrated(empty_dsn: str) -> None
 
 
 LATER = '''"""a later migration, which changes nothing"""
-revision = "0002"
-down_revision = "0001"
+revision = "9000_later"
+down_revision = "{head}"
 branch_labels = None
 depends_on = None
 
@@ -306,21 +364,22 @@ def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
         empty_dsn: str, caplog: pytest.LogCaptureFixture, tmp_path: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
     migrate.upgrade(empty_dsn, "fairq")
-    # A fairq with one migration more (a copy of the migrations folder and a no-op 0002): to
-    # it, the schema at 0001 is an older revision.
+    ours = migrate.head()
+    # A fairq with one migration more (a copy of the migrations folder and a no-op one after
+    # this head): to it, the schema at this head is an older revision.
     later = tmp_path / "migrations"
     shutil.copytree(migrate.migrations_dir(), later,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    (later / "versions" / "0002_later.py").write_text(LATER)
+    (later / "versions" / "9000_later.py").write_text(LATER.replace("{head}", ours))
     monkeypatch.setattr(migrate, "migrations_dir", lambda: later)
     app = _noop_app(empty_dsn)
     try:
         error = _refusal(app)
         assert isinstance(error, fairq.ConfigurationError), error
         head = ScriptDirectory.from_config(migrate._config(None, "fairq")).get_current_head()
-        assert head == "0002"
-        assert f"at fairq revision 0001, this fairq needs {head}: run `fairq migrate`" in str(error)
-        assert migrate.upgrade(empty_dsn, "fairq") == ("0001", "0002")
+        assert head == "9000_later"
+        assert f"at fairq revision {ours}, this fairq needs {head}: run `fairq migrate`" in str(error)
+        assert migrate.upgrade(empty_dsn, "fairq") == (ours, head)
         app.worker(policy="fifo", listen=False).run(until_empty=True)  # at head: no complaint
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
             conn.execute("UPDATE fairq.alembic_version SET version_num = '9999_from_the_future'")
