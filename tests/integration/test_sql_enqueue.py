@@ -260,6 +260,27 @@ def test_keys_belong_to_a_tenant_in_python_sql_and_the_cli(dsn: str) -> None:
     assert sql_rows(dsn, "SELECT count(DISTINCT tenant), count(*) FROM fairq.jobs") == [(5, 5)]
 
 
+def test_a_retry_delay_never_pushes_run_at_out_of_range(dsn: str) -> None:
+    """A failure's retry delay is capped like an enqueue's delay (ten years): the finish stores
+    it, where an uncapped one would break jobs_run_at_check and fail the whole batch."""
+    from fairq.policies import get_policy
+    from fairq.store import Store
+
+    enqueue_sql(dsn, task="t", tenant="a")
+    enqueue_sql(dsn, task="t", tenant="b")
+    store = Store(dsn, "fairq", min_size=1, max_size=1)
+    try:
+        jobs = store.claim(get_policy("fifo"), queue="default", batch=2, worker="w")
+        assert len(jobs) == 2
+        store.finish_failed([(jobs[0].id, jobs[0].attempts, "later", 1e12),
+                             (jobs[1].id, jobs[1].attempts, "soon", None)])
+    finally:
+        store.close()
+    rows = sql_rows(dsn, "SELECT status, run_at < now() + interval '3651 days', "
+                         "run_at > now() + interval '3649 days' FROM fairq.jobs ORDER BY id")
+    assert rows == [("queued", True, True), ("queued", True, False)]
+
+
 # Arrays of the wrong shape: a 2-D array's cardinality counts every element, but tasks[1] and
 # unnest read it as flat, so each slipped past the checks in its own way.
 BAD_SHAPES = [
