@@ -4,9 +4,11 @@
 -- health check's SELECT 1 runs under a statement timeout.
 
 -- name: metrics_timeouts
--- Per-transaction limits: a scrape must never hang on a lock or a slow plan.
+-- Per-transaction limits: a scrape must never hang on a lock or a slow plan; and only
+-- pg_catalog searched (fairq/store/planner.py, SEARCH_PATH says why).
 SELECT set_config('statement_timeout', %(statement_ms)s, true),
-       set_config('lock_timeout', %(lock_ms)s, true);
+       set_config('lock_timeout', %(lock_ms)s, true),
+       set_config('search_path', 'pg_catalog, pg_temp', true);
 
 -- name: pgss_status
 -- Is pg_stat_statements usable here (preloaded *and* created in this database), and does it

@@ -12,6 +12,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -20,6 +21,8 @@ from prometheus_client import generate_latest
 import fairq
 from fairq.cli import main
 from fairq.metrics.exporter import build_registry
+from fairq.policies import get_policy
+from fairq.store import Store
 from tests.support.fault_tools import sql
 
 PINNED = ["search_path=pg_catalog, pg_temp"]
@@ -67,37 +70,53 @@ def test_every_function_pins_its_search_path_or_names_nothing_through_it(dsn: st
         assert path_lookups(src) == [], (name, path_lookups(src))
 
 
-@pytest.fixture
-def planted(dsn: str) -> Iterator[str]:
+# Operators a session searching public before pg_catalog picks even over an exact built-in match.
+EXACT = (("float8", "float8", "+", "float8"), ("float8", "float8", "*", "float8"),
+         ("float8", "float8", "<", "bool"), ("int4", "int4", "-", "int4"),
+         ("timestamptz", "interval", "+", "timestamptz"), ("int8", "int8", "=", "bool"))
+# Exact matches where an expression mixes float8 with numeric or int literals: chosen over the
+# built-in operator that needs a cast even when pg_catalog comes first.
+MIXED = (("float8", "numeric", "+", "float8"), ("float8", "int4", "<", "bool"),
+         ("numeric", "float8", "*", "float8"), ("int4", "float8", "-", "float8"),
+         ("float8", "numeric", "<", "bool"))
+
+
+def plant(conn: psycopg.Connection[Any], operators: tuple[tuple[str, str, str, str], ...],
+          prefix: str) -> None:
+    """Operators in public whose function records a row in public.loot (every job's payloads)
+    and then does what the built-in one would."""
+    for i, (left, right, op, result) in enumerate(operators):
+        fn = f"public.{prefix}_{i}"
+        conn.execute(
+            f"CREATE FUNCTION {fn}(a {left}, b {right}) RETURNS {result} LANGUAGE plpgsql AS $$ "
+            "BEGIN INSERT INTO public.loot SELECT current_user, jsonb_agg(j.payload) "
+            "FROM fairq.jobs j; "
+            f"RETURN a::{result if result != 'bool' else left} OPERATOR(pg_catalog.{op}) "
+            f"b::{right if result == 'bool' or left == 'timestamptz' else result}; END $$")
+        conn.execute(f"CREATE OPERATOR public.{op} (LEFTARG = {left}, RIGHTARG = {right}, "
+                     f"FUNCTION = {fn})")
+
+
+@pytest.fixture(params=["public, fairq", "public, pg_catalog, fairq"])
+def planted(dsn: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """The hijack from the issue: CREATE on public for everyone (PostgreSQL 14's default),
-    sessions that search public, and a role that plants operators there with a function that
-    copies every job's payload into its table, public.loot (a row per call). Exact matches where fairq's
-    expressions mixed float8 with numeric or int literals, so each would be chosen over the
-    built-in one that needs a cast."""
+    sessions that search public (by the database's default), and a role that plants operators
+    there that copy every job's payload into its table, public.loot (a row per call). With
+    public before pg_catalog, operators of the built-in's exact types too."""
     role = f"fq_thief_{uuid.uuid4().hex[:8]}"
     db = sql(dsn, "SELECT current_database()")[0][0]
     sql(dsn, "GRANT CREATE ON SCHEMA public TO PUBLIC")
     sql(dsn, f"CREATE ROLE {role}")
-    sql(dsn, f'ALTER DATABASE "{db}" SET search_path = public, fairq')
+    sql(dsn, f'ALTER DATABASE "{db}" SET search_path = {request.param}')
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"SET ROLE {role}")
             conn.execute("CREATE TABLE public.loot (who text, payload jsonb)")
             conn.execute("GRANT INSERT ON public.loot TO PUBLIC")
-            for i, (left, right, op) in enumerate((
-                    ("float8", "numeric", "+"), ("float8", "int4", "<"),
-                    ("numeric", "float8", "*"), ("int4", "float8", "-"),
-                    ("float8", "numeric", "<"))):
-                fn = f"public.steal_{i}"
-                conn.execute(
-                    f"CREATE FUNCTION {fn}(a {left}, b {right}) RETURNS "
-                    f"{'bool' if op == '<' else 'float8'} LANGUAGE plpgsql AS $$ BEGIN "
-                    "INSERT INTO public.loot SELECT current_user, jsonb_agg(j.payload) "
-                    "FROM fairq.jobs j; "
-                    f"RETURN a::float8 OPERATOR(pg_catalog.{op}) b::float8; END $$")
-                conn.execute(f"CREATE OPERATOR public.{op} (LEFTARG = {left}, "
-                             f"RIGHTARG = {right}, FUNCTION = {fn})")
-        yield role
+            plant(conn, MIXED, "steal")
+            if "pg_catalog" in request.param:
+                plant(conn, EXACT, "grab")
+        yield request.param
     finally:
         sql(dsn, "DROP TABLE IF EXISTS public.loot")
         sql(dsn, f"DROP OWNED BY {role}")
@@ -108,10 +127,15 @@ def test_the_planted_operators_would_fire(dsn: str, planted: str) -> None:
     """The trap is live: an expression with those operand types, in a session searching public,
     runs the thief's function."""
     with psycopg.connect(dsn) as conn:
-        assert conn.execute("SHOW search_path").fetchone() == ("public, fairq",)
+        assert conn.execute("SHOW search_path").fetchone() == (planted,)
         conn.execute("SELECT 1::float8 + 1e-9")
         conn.commit()
-    assert sql(dsn, "SELECT count(*) FROM public.loot") != [(0,)]
+    assert sql(dsn, "SELECT count(*) FROM public.loot") == [(1,)]
+    if "pg_catalog" in planted:
+        with psycopg.connect(dsn) as conn:
+            conn.execute("SELECT 1::float8 + 1::float8")
+            conn.commit()
+        assert sql(dsn, "SELECT count(*) FROM public.loot") == [(2,)]
 
 
 def test_workers_and_the_exporter_run_inert_beside_planted_operators(
@@ -138,6 +162,17 @@ def test_workers_and_the_exporter_run_inert_beside_planted_operators(
         assert sorted(done) == sorted(ids)  # each job claimed once, all done
         assert {app.job(i).status for i in ids} == {"done"}  # type: ignore[union-attr]
         assert {app.job(i).attempts for i in ids} == {1}  # type: ignore[union-attr]
+        # A failure with the backoff, a hand-back and a retry, through the store's statements.
+        failing = app.enqueue_many("t", [("acme", {"secret": "f"}), ("globex", {"secret": "g"})])
+        store = Store(dsn, "fairq", min_size=1, max_size=1)
+        try:
+            jobs = store.claim(get_policy("weighted"), queue="default", batch=2, worker="w")
+            assert sorted(j.id for j in jobs) == sorted(failing)
+            store.finish_failed([(jobs[0].id, jobs[0].attempts, "boom", None)])
+            assert store.release_unstarted([(jobs[1].id, jobs[1].attempts)]) == {jobs[1].id}
+        finally:
+            store.close()
+        assert app.job(jobs[0].id).status == "queued"  # type: ignore[union-attr]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         assert main(["--dsn", dsn, "stats", "--json"]) == 0, err.getvalue()
@@ -148,32 +183,35 @@ def test_workers_and_the_exporter_run_inert_beside_planted_operators(
     assert sql(dsn, "SELECT count(*) FROM public.loot") == [(0,)]
 
 
-def test_inlined_functions_name_nothing_even_with_public_before_pg_catalog(
+def test_inlined_functions_name_nothing_whatever_the_callers_path(
         dsn: str, planted: str) -> None:
-    """A session that puts public before pg_catalog makes even exact built-in matches
-    losable: the inlined functions, parsed in that session, still call only pg_catalog's."""
+    """The inlined functions are parsed in the calling session, under its search_path (public
+    first in one case, so even exact built-in matches are losable): they still call only
+    pg_catalog's operators."""
     with psycopg.connect(dsn) as conn:
         conn.execute("SELECT fairq.enqueue('t', 'acme')")
         conn.execute("UPDATE fairq.tenant_schedule SET rate = 5, burst = 5, tokens = 0.5, "
                      "refilled_at = now(), throttled_since = now() - interval '1 second'")
-        for left, right, op in (("float8", "float8", "+"), ("float8", "float8", "*"),
-                                ("float8", "float8", "<"), ("int4", "int4", "-"),
-                                ("timestamptz", "interval", "+")):
-            kind = {"<": "bool", "-": "int4", "+": "float8", "*": "float8"}[op]
-            if left == "timestamptz":
-                kind = "timestamptz"
-            fn = f"public.grab_{op.encode().hex()}"
-            conn.execute(
-                f"CREATE FUNCTION {fn}(a {left}, b {right}) RETURNS {kind} LANGUAGE plpgsql "
-                "AS $$ BEGIN INSERT INTO public.loot SELECT current_user, jsonb_agg(j.payload) "
-                f"FROM fairq.jobs j; RETURN a OPERATOR(pg_catalog.{op}) b; END $$")
-            conn.execute(f"CREATE OPERATOR public.{op} (LEFTARG = {left}, RIGHTARG = {right}, "
-                         f"FUNCTION = {fn})")
-        conn.execute("SET search_path = public, pg_catalog, fairq")
         row = conn.execute(
-            "SELECT fairq.claim_room(ts), fairq.tenant_dry(ts), fairq.token_due(ts) > now(), "
-            "fairq.throttled_total(ts) > 0, fairq.effective_weight(ts.weight, 2) "
-            "FROM fairq.tenant_schedule ts").fetchone()
+            "SELECT fairq.claim_room(ts), fairq.tenant_dry(ts), "
+            "fairq.token_due(ts) OPERATOR(pg_catalog.>) pg_catalog.now(), "
+            "fairq.throttled_total(ts) OPERATOR(pg_catalog.>) 0::float8, "
+            "fairq.effective_weight(ts.weight, 2) FROM fairq.tenant_schedule ts").fetchone()
         assert row == (0, True, True, True, 2.0)
         assert conn.execute("SELECT count(*) FROM public.loot").fetchone() == (0,)
-        conn.rollback()
+
+
+@pytest.mark.parametrize("pooler", [False, True])
+def test_fairqs_own_sessions_search_only_pg_catalog(dsn: str, pooler: bool) -> None:
+    """The store's sessions (a direct connection's options, a pooled one's per-transaction
+    settings) search only pg_catalog, whatever the database's default says: the named
+    statements name everything of fairq's by schema."""
+    db = sql(dsn, "SELECT current_database()")[0][0]
+    sql(dsn, f'ALTER DATABASE "{db}" SET search_path = public, fairq')
+    store = Store(dsn, "fairq", min_size=1, max_size=1, pooler=pooler)
+    try:
+        with store.cursor() as cur:
+            cur.execute("SELECT current_setting('search_path') AS path")
+            assert cur.fetchone() == {"path": "pg_catalog, pg_temp"}
+    finally:
+        store.close()
