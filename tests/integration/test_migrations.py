@@ -119,12 +119,14 @@ def functiondefs(dsn: str, schema: str) -> dict[tuple[str, str], str]:
 
 
 def constraints(dsn: str, schema: str) -> dict[str, str]:
-    """Every constraint's definition by name (autogenerate does not compare CHECKs)."""
+    """Every constraint's definition by name (autogenerate does not compare CHECKs), but
+    alembic_version's (create_all has no such table)."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
             "SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
-            "JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = %s "
-            "AND c.conname <> 'alembic_version_pkc'", (schema,)).fetchall()
+            "JOIN pg_namespace n ON n.oid = c.connamespace "
+            "JOIN pg_class t ON t.oid = c.conrelid WHERE n.nspname = %s "
+            "AND t.relname <> 'alembic_version'", (schema,)).fetchall()
     return dict(rows)
 
 
