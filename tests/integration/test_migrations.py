@@ -169,6 +169,27 @@ def test_0002_downgrade_restores_the_baseline(empty_dsn: str) -> None:
     assert drift(empty_dsn, "fairq") == []
 
 
+def test_0002_moves_stored_times_into_range_and_drops_bad_factors(empty_dsn: str) -> None:
+    """Rows the baseline let in and 0002's constraints refuse: a run_at before 1970 (due
+    already) or past 9999 moves to the nearest end, a group factor out of range or stamped at
+    infinity goes (the next refresh recomputes it)."""
+    migrate.upgrade(empty_dsn, "fairq", "0001")
+    with psycopg.connect(empty_dsn) as conn:
+        for when in ("0044-03-15 BC", "10000-01-01 00:00:00+00", "2030-01-01 00:00:00+00"):
+            conn.execute("SELECT fairq.enqueue('t', 'a', run_at => %s::timestamptz)", (when,))
+        conn.execute("UPDATE fairq.jobs SET run_at = 'infinity' WHERE run_at > '9999-01-01'")
+        conn.execute("INSERT INTO fairq.group_schedule VALUES ('default', 'g1', 1e6, "
+                     "'infinity'), ('default', 'g2', 2e6, now()), ('default', 'g3', 0.5, now())")
+    migrate.upgrade(empty_dsn, "fairq")
+    with psycopg.connect(empty_dsn) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+        times = [r[0] for r in conn.execute("SELECT run_at::text FROM fairq.jobs ORDER BY id")]
+        groups = conn.execute("SELECT tenant_group FROM fairq.group_schedule").fetchall()
+    assert times == ["1970-01-01 00:00:00+00", "9998-12-31 23:59:59.999999+00",
+                     "2030-01-01 00:00:00+00"]
+    assert groups == [("g3",)]
+
+
 def test_0002_downgrade_refuses_keys_two_tenants_share(dsn: str) -> None:
     """Keys are per tenant from 0002: the baseline's index (per task) cannot hold two tenants'
     jobs with one key, so the downgrade says so and changes nothing."""
