@@ -239,7 +239,8 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     # Per (queue, group): group weight / the weights of its active tenants, the factor of its
     # tenants' weights in a claim (weights.sql: effective_weight, refresh_groups). Written only
     # by refresh_groups, which runs as the owner. A factor is at most a group's weight (1000)
-    # over a tenant's (0.001); a refresh time is finite, so the next refresh comes.
+    # over a tenant's (0.001); a refresh time is never infinity, so the next refresh comes
+    # ('-infinity' is how `groups set` makes every queue's factors due).
     Table(
         "group_schedule",
         md,
@@ -249,7 +250,8 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("refreshed_at", DateTime(timezone=True), nullable=False),
         PrimaryKeyConstraint("queue", "tenant_group", name="group_schedule_pkey"),
         CheckConstraint("factor > 0 AND factor <= 1000000", name="group_schedule_factor_check"),
-        CheckConstraint("isfinite(refreshed_at)", name="group_schedule_refreshed_at_check"),
+        CheckConstraint("refreshed_at < 'infinity'::timestamptz",
+                        name="group_schedule_refreshed_at_check"),
     )
 
     # Key/value settings: the tenant defaults and the maintenance schedule.

@@ -10,7 +10,7 @@ Create Date: 2026-12-05
 - refresh_groups runs as the schema's owner (SECURITY DEFINER), so the roles that wrote
   group_schedule for it lose that: they get EXECUTE on it instead.
 - group_schedule: a factor in (0, 1e6] (a group's weight, at most 1000, over a tenant's weight,
-  at least 0.001) and a finite refreshed_at; effective_weight caps a tenant at 1000.
+  at least 0.001) and a refreshed_at before infinity; effective_weight caps a tenant at 1000.
 - Idempotency keys are per tenant: jobs_key_idx is unique on (task, tenant, key).
 - jobs.run_at lies in [1970-01-01, 9999-01-01) UTC (jobs_run_at_check): a job stored outside it
   is moved to the nearest end first (before 1970 it was due anyway).
@@ -41,7 +41,7 @@ FUNCTION_FILES = ("vtime.sql", "rate_limits.sql", "weights.sql", "settle.sql", "
 RUN_AT_CHECK = ("run_at >= '1970-01-01 00:00:00+00'::timestamptz "
                 "AND run_at < '9999-01-01 00:00:00+00'::timestamptz")
 FACTOR_CHECK = "factor > 0 AND factor <= 1000000"
-REFRESHED_CHECK = "isfinite(refreshed_at)"
+REFRESHED_CHECK = "refreshed_at < 'infinity'::timestamptz"
 KEY_WHERE = "key IS NOT NULL AND status IN ('queued', 'running')"
 WRITES = "INSERT, UPDATE, DELETE, TRUNCATE"
 
