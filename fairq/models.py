@@ -36,7 +36,7 @@ class NewJob:
     delay: float | None = None
     max_attempts: int = 5
     lease_seconds: int = 300
-    key: str | None = None  # idempotency key: one queued or running job per (task, key)
+    key: str | None = None  # idempotency key: one queued or running job per (task, tenant, key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,12 +56,12 @@ WEIGHT_CHECK = "weight >= 0.001 AND weight <= 1000"
 # migration that replaces a function carries the new text in a folder of its own: point this
 # list at that file.
 FUNCTION_FILES = (
-    "0001_baseline/vtime.sql",        # queue_vtime
-    "0001_baseline/rate_limits.sql",  # token bucket, time spent throttled
-    "0001_baseline/weights.sql",      # effective_weight, group factors
-    "0001_baseline/settle.sql",       # claim_settle
-    "0001_baseline/claim.sql",        # claim_fair, wait_and_pick, claim_terms
-    "0001_baseline/enqueue.sql",      # enqueue, enqueue_many and their grants
+    "0003_search_path_keys_bounds/vtime.sql",        # queue_vtime
+    "0003_search_path_keys_bounds/rate_limits.sql",  # token bucket, time spent throttled
+    "0003_search_path_keys_bounds/weights.sql",      # effective_weight, group factors
+    "0003_search_path_keys_bounds/settle.sql",       # claim_settle
+    "0003_search_path_keys_bounds/claim.sql",        # claim_fair, wait_and_pick, claim_terms
+    "0003_search_path_keys_bounds/enqueue.sql",      # enqueue, enqueue_many and their grants
 )
 
 
@@ -104,6 +104,10 @@ def settings_policy_ddl(schema: str) -> str:
             f"USING ({stamp}) WITH CHECK ({stamp})")
 
 
+# Run times every client can decode (fairq.validation and the SQL enqueue refuse the rest).
+RUN_AT_CHECK = ("run_at >= '1970-01-01 00:00:00+00'::timestamptz "
+                "AND run_at < '9999-01-01 00:00:00+00'::timestamptz")
+
 # Rate limits: jobs per second with a bucket of `burst` (fairq.validation).
 RATE_CHECK = ("rate IS NULL OR (rate >= 0.001 AND rate <= 1000000 AND burst >= 1 "
               "AND burst <= 1000000)")
@@ -145,7 +149,8 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("finished_at", DateTime(timezone=True)),
         # A done job's return value (fairq.results): NULL when it returned None or too much.
         Column("result", JSONB),
-        # An idempotency key: unique per task among queued and running jobs (jobs_key_idx).
+        # An idempotency key: unique per (task, tenant) among queued and running jobs
+        # (jobs_key_idx): one tenant's key never finds another tenant's job.
         Column("key", Text),
         PrimaryKeyConstraint("id", name="jobs_pkey"),
         CheckConstraint(
@@ -158,6 +163,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         CheckConstraint("length(tenant) BETWEEN 1 AND 200", name="jobs_tenant_check"),
         CheckConstraint("length(queue) BETWEEN 1 AND 200", name="jobs_queue_check"),
         CheckConstraint("length(key) BETWEEN 1 AND 200", name="jobs_key_check"),
+        CheckConstraint(RUN_AT_CHECK, name="jobs_run_at_check"),
         # The fair policies' claim: one tenant's ready jobs, in its own order.
         Index(
             "jobs_tenant_ready_idx",
@@ -185,9 +191,9 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         # planner reads every running job through this index for a finish of ten whenever the
         # statistics say few are running.
         Index("jobs_lease_idx", "locked_until", postgresql_where=text("locked_until IS NOT NULL")),
-        # Idempotency keys: one live job per task and key; enqueue_many's
-        # ON CONFLICT names this predicate.
-        Index("jobs_key_idx", "task", "key", unique=True,
+        # Idempotency keys: one live job per task, tenant and key; enqueue_many's
+        # ON CONFLICT names these columns and this predicate.
+        Index("jobs_key_idx", "task", "tenant", "key", unique=True,
               postgresql_where=text("key IS NOT NULL AND status IN ('queued', 'running')")),
         # The pruner: finished jobs by age.
         Index(
@@ -231,7 +237,10 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
     )
 
     # Per (queue, group): group weight / the weights of its active tenants, the factor of its
-    # tenants' weights in a claim (weights.sql: effective_weight, refresh_groups).
+    # tenants' weights in a claim (weights.sql: effective_weight, refresh_groups). Written only
+    # by refresh_groups, which runs as the owner. A factor is at most a group's weight (1000)
+    # over a tenant's (0.001); a refresh time is never infinity, so the next refresh comes
+    # ('-infinity' is how `groups set` makes every queue's factors due).
     Table(
         "group_schedule",
         md,
@@ -240,6 +249,9 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Column("factor", Float, nullable=False),
         Column("refreshed_at", DateTime(timezone=True), nullable=False),
         PrimaryKeyConstraint("queue", "tenant_group", name="group_schedule_pkey"),
+        CheckConstraint("factor > 0 AND factor <= 1000000", name="group_schedule_factor_check"),
+        CheckConstraint("refreshed_at < 'infinity'::timestamptz",
+                        name="group_schedule_refreshed_at_check"),
     )
 
     # Key/value settings: the tenant defaults and the maintenance schedule.

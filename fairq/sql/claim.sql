@@ -10,7 +10,7 @@
 
 -- name: claim_fair
 -- Weighted fair queueing over tenants by virtual time (docs/algorithm.md, "The definition"),
--- run by the function claim_fair (alembic/versions/0001_baseline/claim.sql), which runs only
+-- run by the function claim_fair (claim.sql of fairq.schema.FUNCTION_FILES), which runs only
 -- the steps a claim needs: a statement holding every step would start all of them at every
 -- claim.
 -- Parameters: by_weight, by_cost (round_robin: false/false; weighted: true/false; drr:

@@ -4,7 +4,7 @@
 
 -- name: enqueue
 -- Insert a chunk of jobs in one round trip through the SQL enqueue (enqueue_many,
--- alembic/versions/0001_baseline/enqueue.sql), the one implementation every client shares: it
+-- its file is in fairq.schema.FUNCTION_FILES), the one implementation every client shares: it
 -- checks the jobs, creates or wakes their tenants' schedule rows and notifies listeners at
 -- commit; returns the ids in input order. Tenants and payloads come one element per job; every other array has one element per
 -- job or a single element that every job of the chunk shares (a bulk enqueue), so it is
@@ -59,8 +59,9 @@ FROM done d;
 -- name: finish_failed
 -- Record failures: back to queued with exponential backoff (20 s, 40 s, 80 s ... capped at
 -- 1 hour) or failed for good after max_attempts. The retry waits in run_at, so it neither
--- blocks its tenant's other jobs nor pre-empts anyone. The ids in %(final)s fail for good
--- at once: a retry could only fail the same way (a payload that cannot be decoded).
+-- blocks its tenant's other jobs nor pre-empts anyone; a given delay is capped at ten years
+-- (as an enqueue's), so no retry lands outside jobs_run_at_check. The ids in %(final)s fail
+-- for good at once: a retry could only fail the same way (a payload that cannot be decoded).
 WITH input AS (
     SELECT i.*, i.id = ANY(%(final)s::bigint[]) AS final
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
@@ -71,8 +72,8 @@ failed AS (
     UPDATE {schema}.jobs j
     SET status = CASE WHEN j.attempts >= j.max_attempts OR i.final THEN 'failed' ELSE 'queued' END,
         run_at = CASE WHEN j.attempts >= j.max_attempts OR i.final THEN j.run_at
-                      ELSE now() + make_interval(secs => coalesce(
-                          i.retry_delay, least(3600.0, 20.0 * power(2, j.attempts - 1)))) END,
+                      ELSE now() + make_interval(secs => least(315360000.0, coalesce(
+                          i.retry_delay, least(3600.0, 20.0 * power(2, j.attempts - 1))))) END,
         finished_at = CASE WHEN j.attempts >= j.max_attempts OR i.final THEN now() END,
         last_error = i.error, locked_until = NULL, locked_by = NULL
     FROM input i

@@ -4,10 +4,12 @@
 -- health check's SELECT 1 runs under a statement timeout.
 
 -- name: metrics_timeouts
--- Per-transaction limits: a scrape must never hang on a lock or a slow plan. JIT off: compiling
--- the exporter's read of every tenant took longer (0.5 s at 100,000 tenants) than running it.
+-- Per-transaction limits: a scrape must never hang on a lock or a slow plan; only pg_catalog
+-- searched (fairq/store/planner.py, SEARCH_PATH says why). JIT off: compiling the exporter's
+-- read of every tenant took longer (0.5 s at 100,000 tenants) than running it.
 SELECT set_config('statement_timeout', %(statement_ms)s, true),
        set_config('lock_timeout', %(lock_ms)s, true),
+       set_config('search_path', 'pg_catalog, pg_temp', true),
        set_config('jit', 'off', true);
 
 -- name: pgss_status

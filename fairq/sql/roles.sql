@@ -8,13 +8,15 @@
 -- columns those statements write (a job's result too), nothing else. Not a job's task, payload,
 -- queue, tenant, priority, cost or limits; not a tenant's weight or cap (tenant_schedule.weight,
 -- max_running); in settings only the maintenance stamps (row-level security), never the tenant
--- defaults. No INSERT into jobs (cannot enqueue), no DELETE, no tenant configuration.
+-- defaults. No INSERT into jobs (cannot enqueue), no DELETE, no tenant configuration, nothing
+-- written to group_schedule (the group factors: refresh_groups writes them as the owner).
 -- It reads the schema's revision at start (it refuses an outdated one). Table-wide grants are
 -- revoked first (which revokes their column grants too), so re-applying leaves exactly these,
 -- whatever the role held before.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {schema}.jobs, {schema}.tenant_schedule,
-    {schema}.settings, {schema}.tenants, {schema}.workers FROM {role};
+    {schema}.settings, {schema}.tenants, {schema}.tenant_groups, {schema}.group_schedule,
+    {schema}.workers FROM {role};
 GRANT SELECT ON {schema}.jobs TO {role};
 GRANT UPDATE (status, attempts, run_at, started_at, finished_at, locked_until, locked_by,
               last_error, result) ON {schema}.jobs TO {role};
@@ -26,9 +28,11 @@ GRANT SELECT, INSERT (key, value), UPDATE (value) ON {schema}.settings TO {role}
 GRANT SELECT ON {schema}.alembic_version TO {role};
 -- The periodic schedules' last ticks. Enqueueing their jobs takes the producer's grants too.
 GRANT SELECT, INSERT, UPDATE ON {schema}.periodic TO {role};
--- Tenant groups: a claim reads the groups and refreshes its queue's factors.
+-- Tenant groups: a claim reads the groups and has refresh_groups (SECURITY DEFINER) recompute
+-- its queue's factors from the tenants' configuration.
 GRANT SELECT ON {schema}.tenant_groups TO {role};
-GRANT SELECT, INSERT, DELETE ON {schema}.group_schedule TO {role};
+GRANT SELECT ON {schema}.group_schedule TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.refresh_groups(text) TO {role};
 -- The worker registry: its own row at start and at every beat, deleted at a clean stop, and the
 -- rows of workers gone for a day.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};

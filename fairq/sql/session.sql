@@ -7,8 +7,10 @@ SELECT set_config('application_name', %(name)s, false);
 
 -- name: transaction_settings
 -- Behind a transaction-mode pooler session state does not stick to a server connection, so
--- every transaction sets the timeouts and planner settings for itself (SET LOCAL semantics).
-SELECT set_config('statement_timeout', %(statement_timeout)s, true),
+-- every transaction sets the timeouts, planner settings and search path for itself (SET LOCAL
+-- semantics; fairq/store/planner.py, SEARCH_PATH says why).
+SELECT set_config('search_path', 'pg_catalog, pg_temp', true),
+       set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('lock_timeout', %(lock_timeout)s, true),
        -- NULL keeps the server's or role's own setting (it may be remote_apply).
        set_config('synchronous_commit',

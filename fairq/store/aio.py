@@ -22,7 +22,7 @@ from fairq import sql
 from fairq.models import JobInfo, NewJobColumns, TenantConfig
 from fairq.store.caller_connection import async_connection_for
 from fairq.store.enqueue import CHUNK, as_invalid_input, enqueue_params
-from fairq.store.planner import PLAN_CACHE_MODE, PLANNER_SETTINGS, planner_options
+from fairq.store.planner import PLAN_CACHE_MODE, PLANNER_SETTINGS, SEARCH_PATH, planner_options
 
 
 class AsyncStore:
@@ -40,7 +40,7 @@ class AsyncStore:
         self._kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
         if not pooler:  # behind a transaction pooler session settings do not stick
             self._kwargs["options"] = (f"-c statement_timeout={int(statement_timeout_ms)} "
-                                       f"-c lock_timeout={int(lock_timeout_ms)} "
+                                       f"-c lock_timeout={int(lock_timeout_ms)} {SEARCH_PATH} "
                                        + planner_options())
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -36,6 +36,12 @@ PLANNER_SETTINGS = {"enable_seqscan": "off", "enable_hashjoin": "off", "enable_m
                     "enable_bitmapscan": "off", "enable_sort": "off", "jit": "off"}
 
 
+# fairq's own sessions search only pg_catalog (its statements name every object of its schema):
+# an operator or function someone created in a schema the role's or database's search_path
+# lists (public) can never be picked for one of fairq's expressions.
+SEARCH_PATH = "-c search_path=pg_catalog,pg_temp"
+
+
 def planner_options() -> str:
     """The libpq ``options`` that give a session fairq's planner settings (tests explain with it)."""
     settings = {"plan_cache_mode": PLAN_CACHE_MODE, **PLANNER_SETTINGS}

@@ -22,7 +22,7 @@ from fairq import sql
 from fairq.config import redact
 from fairq.store.listen import channel_for
 from fairq.store.loaders import adapt_connection
-from fairq.store.planner import PLAN_CACHE_MODE, PLANNER_SETTINGS, planner_options
+from fairq.store.planner import PLAN_CACHE_MODE, PLANNER_SETTINGS, SEARCH_PATH, planner_options
 
 
 class StoreSessions:
@@ -59,7 +59,8 @@ class StoreSessions:
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
         if not pooler:
             kwargs["options"] = (f"-c statement_timeout={int(statement_timeout_ms)} "
-                                 f"-c lock_timeout={int(lock_timeout_ms)} " + planner_options())
+                                 f"-c lock_timeout={int(lock_timeout_ms)} {SEARCH_PATH} "
+                                 + planner_options())
             if not durable_commits:
                 kwargs["options"] += " -c synchronous_commit=off"
         self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(

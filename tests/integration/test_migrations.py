@@ -79,8 +79,8 @@ def functions(dsn: str, schema: str) -> set[str]:
     return {r[0] for r in rows}
 
 
-# Every function the baseline creates: the ones the named statements and Python call, and the
-# ones those call (alembic/versions/0001_baseline/*.sql).
+# Every function the migrations create: the ones the named statements and Python call, and the
+# ones those call (fairq.schema.FUNCTION_FILES).
 FUNCTIONS = {"claim_fair", "claim_room", "claim_settle", "claim_terms", "eff_weight",
              "effective_weight", "enqueue", "enqueue_many", "groups_due", "queue_vtime",
              "refresh_groups", "tenant_dry", "tenant_tokens", "throttled_open", "throttled_total",
@@ -114,6 +114,33 @@ def test_the_worker_registry_migration_goes_down_and_up_alone(empty_dsn: str) ->
     assert drift(empty_dsn, "fairq") == []
 
 
+def functiondefs(dsn: str, schema: str) -> dict[tuple[str, str], str]:
+    """Each function's whole definition (SET clauses, SECURITY DEFINER, body) and its grants,
+    with the schema's name and NOTIFY channel taken out."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT p.proname, pg_get_function_identity_arguments(p.oid), "
+            "pg_get_functiondef(p.oid) || (SELECT string_agg(a::text, ',' ORDER BY a::text) "
+            "FROM unnest(coalesce(p.proacl, acldefault('f', p.proowner))) a) "
+            "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s", (schema,)).fetchall()
+    return {(name, args.replace(f"{schema}.", "")):
+            text.replace(f'"{schema}".', "").replace(f" {schema}.", " ")
+                .replace(f"'fairq_{schema}'", "chan") for name, args, text in rows}
+
+
+def constraints(dsn: str, schema: str) -> dict[str, str]:
+    """Every constraint's definition by name (autogenerate does not compare CHECKs), but
+    alembic_version's (create_all has no such table)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
+            "JOIN pg_namespace n ON n.oid = c.connamespace "
+            "JOIN pg_class t ON t.oid = c.conrelid WHERE n.nspname = %s "
+            "AND t.relname <> 'alembic_version'", (schema,)).fetchall()
+    return dict(rows)
+
+
 def test_the_claim_inlines_the_effective_weight(dsn: str) -> None:
     """effective_weight, the one definition of weight x group factor, is inlined where it is
     called in a statement: the claim's walk pays no function call per tenant."""
@@ -122,7 +149,67 @@ def test_the_claim_inlines_the_effective_weight(dsn: str) -> None:
             "EXPLAIN VERBOSE SELECT fairq.effective_weight(ts.weight, (SELECT g.factor "
             "FROM fairq.group_schedule g WHERE g.queue = ts.queue)) FROM fairq.tenant_schedule ts"
         ).fetchall())
-    assert "Output: (ts.weight * COALESCE((SubPlan" in plan and "effective_weight" not in plan, plan
+    assert "Output: LEAST((ts.weight * COALESCE((SubPlan" in plan, plan
+    assert "effective_weight" not in plan, plan
+
+
+def test_the_rate_limit_functions_are_inlined(dsn: str) -> None:
+    """The rate-limit sql functions (set no search_path so that they stay inlinable) are
+    inlined: a statement calling them calls no function of fairq's."""
+    names = ("claim_room", "tenant_tokens", "tenant_dry", "token_due", "token_at",
+             "throttled_open", "throttled_total")
+    with psycopg.connect(dsn) as conn:
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN VERBOSE SELECT " + ", ".join(f"fairq.{n}(ts)" for n in names)
+            + " FROM fairq.tenant_schedule ts").fetchall())
+    assert not [n for n in names if n in plan], plan
+
+
+def test_0003_downgrade_restores_what_was_there_before(empty_dsn: str) -> None:
+    """Down from 0003 to 0002, every function, constraint and index is the one before it again
+    (compared with a schema only ever migrated to 0002), and up again is 0003's."""
+    migrate.upgrade(empty_dsn, "fairq_base", "0002")
+    baseline = (functiondefs(empty_dsn, "fairq_base"), constraints(empty_dsn, "fairq_base"))
+    migrate.upgrade(empty_dsn, "fairq")
+    head = (functiondefs(empty_dsn, "fairq"), constraints(empty_dsn, "fairq"))
+    assert head != baseline
+    migrate.downgrade(empty_dsn, "fairq", "0002")
+    assert (functiondefs(empty_dsn, "fairq"), constraints(empty_dsn, "fairq")) == baseline
+    migrate.upgrade(empty_dsn, "fairq")
+    assert (functiondefs(empty_dsn, "fairq"), constraints(empty_dsn, "fairq")) == head
+    assert drift(empty_dsn, "fairq") == []
+
+
+def test_0003_moves_stored_times_into_range_and_drops_bad_factors(empty_dsn: str) -> None:
+    """Rows the baseline let in and 0003's constraints refuse: a run_at before 1970 (due
+    already) or past 9999 moves to the nearest end, a group factor out of range or stamped at
+    infinity goes (the next refresh recomputes it)."""
+    migrate.upgrade(empty_dsn, "fairq", "0002")
+    with psycopg.connect(empty_dsn) as conn:
+        for when in ("0044-03-15 BC", "10000-01-01 00:00:00+00", "2030-01-01 00:00:00+00"):
+            conn.execute("SELECT fairq.enqueue('t', 'a', run_at => %s::timestamptz)", (when,))
+        conn.execute("UPDATE fairq.jobs SET run_at = 'infinity' WHERE run_at > '9999-01-01'")
+        conn.execute("INSERT INTO fairq.group_schedule VALUES ('default', 'g1', 1e6, "
+                     "'infinity'), ('default', 'g2', 2e6, now()), ('default', 'g3', 0.5, now())")
+    migrate.upgrade(empty_dsn, "fairq")
+    with psycopg.connect(empty_dsn) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+        times = [r[0] for r in conn.execute("SELECT run_at::text FROM fairq.jobs ORDER BY id")]
+        groups = conn.execute("SELECT tenant_group FROM fairq.group_schedule").fetchall()
+    assert times == ["1970-01-01 00:00:00+00", "9998-12-31 23:59:59.999999+00",
+                     "2030-01-01 00:00:00+00"]
+    assert groups == [("g3",)]
+
+
+def test_0003_downgrade_refuses_keys_two_tenants_share(dsn: str) -> None:
+    """Keys are per tenant from 0003: the baseline's index (per task) cannot hold two tenants'
+    jobs with one key, so the downgrade says so and changes nothing."""
+    with psycopg.connect(dsn) as conn:
+        for tenant in ("a", "b"):
+            conn.execute("SELECT fairq.enqueue('t', %s, key => 'k')", (tenant,))
+    with pytest.raises(Exception, match="two tenants have a queued or running job"):
+        migrate.downgrade(dsn, "fairq", "0002")
+    assert migrate.current(dsn, "fairq") == migrate.head()
 
 
 def test_upgrade_is_idempotent(empty_dsn: str) -> None:
@@ -174,19 +261,13 @@ def test_metadata_create_all_matches_the_migration(empty_dsn: str) -> None:
                     "AND indexname <> 'alembic_version_pkc'", (s,)).fetchall()}
                 for s in ("fairq", "fairq_md")}
     assert defs["fairq"] and defs["fairq"] == defs["fairq_md"]
-    # The same functions, each with the body of the newest version that defines it.
-    def same(s: str, text: str) -> str:  # the schema's name and NOTIFY channel taken out
-        return text.replace(f'"{s}".', "").replace(f"'fairq_{s}'", "chan")
-
-    with psycopg.connect(empty_dsn) as conn:
-        funcs = {s: {(name, args.replace(f"{s}.", "")): same(s, src) for name, args, src in conn.execute(
-                     "SELECT p.proname, pg_get_function_identity_arguments(p.oid), p.prosrc "
-                     "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                     "WHERE n.nspname = %s", (s,)).fetchall()}
-                 for s in ("fairq", "fairq_md")}
+    # The same functions, each as the newest version defines it (body, SET clauses, SECURITY
+    # DEFINER, grants), and the same constraints.
+    funcs = {s: functiondefs(empty_dsn, s) for s in ("fairq", "fairq_md")}
     assert sorted(funcs["fairq_md"]) == sorted(funcs["fairq"]) != []
     for key, src in funcs["fairq"].items():
         assert funcs["fairq_md"][key] == src, key
+    assert constraints(empty_dsn, "fairq_md") == constraints(empty_dsn, "fairq") != {}
 
 
 def test_concurrent_migrations_from_many_processes_all_succeed(empty_dsn: str) -> None:
@@ -298,8 +379,8 @@ def test_worker_refuses_a_schema_that_was_never_migrated(empty_dsn: str) -> None
 
 
 LATER = '''"""a later migration, which changes nothing"""
-revision = "9000"
-down_revision = "HEAD"
+revision = "9000_later"
+down_revision = "{head}"
 branch_labels = None
 depends_on = None
 
@@ -317,23 +398,22 @@ def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
         empty_dsn: str, caplog: pytest.LogCaptureFixture, tmp_path: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
     migrate.upgrade(empty_dsn, "fairq")
-    # A fairq with one migration more (a copy of the migrations folder and a no-op 9000 on top
-    # of today's head): to it, the schema at today's head is an older revision.
-    now = migrate._script().get_current_head()
+    ours = migrate.head()
+    # A fairq with one migration more (a copy of the migrations folder and a no-op one after
+    # this head): to it, the schema at this head is an older revision.
     later = tmp_path / "migrations"
     shutil.copytree(migrate.migrations_dir(), later,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    (later / "versions" / "9000_later.py").write_text(
-        LATER.replace('down_revision = "HEAD"', f'down_revision = "{now}"'))
+    (later / "versions" / "9000_later.py").write_text(LATER.replace("{head}", ours))
     monkeypatch.setattr(migrate, "migrations_dir", lambda: later)
     app = _noop_app(empty_dsn)
     try:
         error = _refusal(app)
         assert isinstance(error, fairq.ConfigurationError), error
         head = ScriptDirectory.from_config(migrate._config(None, "fairq")).get_current_head()
-        assert head == "9000"
-        assert f"at fairq revision {now}, this fairq needs {head}: run `fairq migrate`" in str(error)
-        assert migrate.upgrade(empty_dsn, "fairq") == (now, "9000")
+        assert head == "9000_later"
+        assert f"at fairq revision {ours}, this fairq needs {head}: run `fairq migrate`" in str(error)
+        assert migrate.upgrade(empty_dsn, "fairq") == (ours, head)
         app.worker(policy="fifo", listen=False).run(until_empty=True)  # at head: no complaint
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
             conn.execute("UPDATE fairq.alembic_version SET version_num = '9999_from_the_future'")

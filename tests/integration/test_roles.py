@@ -18,6 +18,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import fairq
+from fairq import migrate
 from fairq.cli import main
 from fairq.policies import get_policy
 from fairq.store import Store
@@ -282,6 +283,12 @@ WORKER_REFUSED = (
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     "INSERT INTO fairq.settings VALUES ('x', '{}')",
     "UPDATE fairq.tenants SET weight = 1000",
+    # The group factors: the issue's attack deleted a queue's rows and put in its own.
+    "DELETE FROM fairq.group_schedule",
+    "INSERT INTO fairq.group_schedule VALUES ('default', 'g1', 1e6, 'infinity')",
+    "UPDATE fairq.group_schedule SET factor = 1e6, refreshed_at = 'infinity'",
+    "TRUNCATE fairq.group_schedule",
+    "INSERT INTO fairq.tenant_groups VALUES ('g1', 1000, now())",
 )
 
 
@@ -293,6 +300,67 @@ def test_worker_cannot_change_weights_caps_payloads_or_tasks(dsns: dict[str, str
     with fairq.App(dsns["producer"]) as producer:
         producer.enqueue("t", tenant="victim", payload={"n": 1})
     assert denied(dsns["worker"], statement), statement
+
+
+def test_group_factors_come_from_the_configuration_whoever_claims(dsns: dict[str, str]) -> None:
+    """The worker cannot write group_schedule, yet its claims refresh the factors (through
+    refresh_groups, which runs as the owner and computes them itself); and the issue's rows are
+    refused even to the owner: a factor beyond what weights allow, a refresh at infinity."""
+    with fairq.App(dsns["owner"]) as owner:
+        owner.groups.set("g1", weight=3.0)
+        owner.tenants.set("grp-a", group="g1")
+        owner.tenants.set("grp-b", group="g1", weight=2.0)
+    with fairq.App(dsns["producer"]) as producer:
+        producer.enqueue_many("g", [(t, {}) for t in ("grp-a", "grp-b", "grp-c")])
+    store = Store(dsns["worker"], "fairq")
+    try:
+        claimed = store.claim(get_policy("weighted"), queue="default", batch=1, worker="w")
+        assert claimed
+        store.finish_done([(j.id, j.attempts) for j in claimed])
+    finally:
+        store.close()
+    rows = dict(sql(dsns["owner"], "SELECT tenant_group, factor FROM fairq.group_schedule "
+                                   "WHERE queue = 'default'"))
+    assert rows["g1"] == pytest.approx(1.0)  # 3 / (1 + 2)
+    for attack in ("INSERT INTO fairq.group_schedule VALUES ('default', 'g9', 1e6 * 2, now())",
+                   "INSERT INTO fairq.group_schedule VALUES ('default', 'g9', 1, 'infinity')",
+                   "INSERT INTO fairq.group_schedule VALUES ('default', 'g9', 0, now())"):
+        with pytest.raises(psycopg.errors.CheckViolation):
+            sql(dsns["owner"], attack)
+    # The effective weight stays within the documented range whatever factor is stored.
+    assert sql(dsns["owner"], "SELECT fairq.effective_weight(1000, 1e6)") == [(1000.0,)]
+    sql(dsns["owner"], "DELETE FROM fairq.tenant_groups; DELETE FROM fairq.group_schedule; "
+                       "UPDATE fairq.tenants SET tenant_group = NULL; "
+                       "UPDATE fairq.tenant_schedule SET tenant_group = NULL")
+
+
+def test_worker_cannot_store_a_run_at_no_client_can_read(dsns: dict[str, str]) -> None:
+    """The worker may move run_at (retries wait in it), never out of the supported range."""
+    with fairq.App(dsns["producer"]) as producer:
+        job_id = producer.enqueue("t", tenant="bc", delay=3600)
+    for when in ("0044-03-15 BC", "infinity", "9999-06-01", "1969-12-31 23:59:59+00"):
+        with pytest.raises(psycopg.errors.CheckViolation):
+            sql(dsns["worker"], "UPDATE fairq.jobs SET run_at = %s::timestamptz WHERE id = %s",
+                (when, job_id))
+    sql(dsns["owner"], "DELETE FROM fairq.jobs WHERE id = %s", (job_id,))
+
+
+def test_an_upgrade_moves_older_worker_grants_to_refresh_groups(dsns: dict[str, str]) -> None:
+    """A worker role given the baseline's grants (INSERT and DELETE on group_schedule) loses
+    them at the upgrade and may run refresh_groups instead: it goes on claiming."""
+    owner = dsns["owner"]
+    migrate.upgrade(owner, "fairq_up", "0001")
+    sql(owner, "GRANT USAGE ON SCHEMA fairq_up TO fq_worker; "
+               "GRANT SELECT, INSERT, DELETE ON fairq_up.group_schedule TO fq_worker")
+    assert not denied(dsns["worker"], "DELETE FROM fairq_up.group_schedule")
+    migrate.upgrade(owner, "fairq_up")
+    assert denied(dsns["worker"], "DELETE FROM fairq_up.group_schedule")
+    assert denied(dsns["worker"], "INSERT INTO fairq_up.group_schedule VALUES ('q', 'g', 1, now())")
+    assert sql(owner, "SELECT has_function_privilege('fq_worker', "
+                      "'fairq_up.refresh_groups(text)', 'EXECUTE'), "
+                      "has_function_privilege('fq_producer', "
+                      "'fairq_up.refresh_groups(text)', 'EXECUTE')") == [(True, False)]
+    sql(owner, "DROP SCHEMA fairq_up CASCADE")
 
 
 def test_worker_cannot_rewrite_the_tenant_defaults(dsns: dict[str, str]) -> None:

@@ -123,6 +123,7 @@ def test_delayed_sql_job_leaves_its_new_tenant_asleep_until_run_at(dsn: str) -> 
         [(False, True)]
 
 
+RUN_AT_RANGE = "run_at must be between 1970-01-01 and 9999-01-01 UTC"
 BAD_SQL = [
     ({"tenant": ""}, "tenant must be 1 to 200 characters, not ''"),
     ({"tenant": None}, "tenant must be 1 to 200 characters, not null"),
@@ -134,7 +135,11 @@ BAD_SQL = [
     ({"cost": 2e9}, "cost must be > 0 and <= 1e9"),
     ({"max_attempts": 0}, "max_attempts must be between 1 and 1000, not 0"),
     ({"lease_seconds": 0}, "lease_seconds must be between 1 and 86400, not 0"),
-    ({"run_at": "infinity"}, "run_at must be a finite time, not infinity"),
+    ({"run_at": "infinity"}, RUN_AT_RANGE),
+    ({"run_at": "-infinity"}, RUN_AT_RANGE),
+    ({"run_at": "0044-03-15 BC"}, RUN_AT_RANGE),
+    ({"run_at": "1969-12-31 23:59:59.999999+00"}, RUN_AT_RANGE),
+    ({"run_at": "9999-01-01 00:00:00+00"}, RUN_AT_RANGE),
     ({"payload": psycopg.types.json.Jsonb(json.loads("[" * 101 + "]" * 101))},
      "payload is nested more than 100 levels deep"),
     ({"payload": psycopg.types.json.Jsonb("x" * v.MAX_PAYLOAD_BYTES)},
@@ -205,10 +210,9 @@ def test_a_key_returns_the_live_job_and_writes_nothing(dsn: str) -> None:
         schedule = sql_rows(dsn, "SELECT * FROM fairq.tenant_schedule")
         xmin = sql_rows(dsn, "SELECT xmin::text FROM fairq.jobs WHERE id = %s", (first,))
         assert app.enqueue("send", tenant="acme", payload={"n": 2}, key="invoice-42") == first
-        assert app.enqueue("send", tenant="other", queue="q", key="invoice-42") == first
         assert enqueue_sql(dsn, task="send", tenant="acme", key="invoice-42") == first
         many = app.enqueue_many("send", [("acme", {}, "invoice-42"), ("acme", {}, "k2"),
-                                          ("b", {}), ("c", {}, "k2")])
+                                          ("b", {}), ("acme", {}, "k2")])
         assert many[0] == first and many[1] == many[3] and len(set(many)) == 3
         assert sql_rows(dsn, "SELECT xmin::text FROM fairq.jobs WHERE id = %s", (first,)) == xmin
         assert sql_rows(dsn, "SELECT * FROM fairq.tenant_schedule WHERE tenant = 'acme'") == \
@@ -221,11 +225,117 @@ def test_a_key_returns_the_live_job_and_writes_nothing(dsn: str) -> None:
     assert sql_rows(dsn, "SELECT payload FROM fairq.jobs WHERE id = %s", (first,)) == [({"n": 1},)]
 
 
+def test_keys_belong_to_a_tenant_in_python_sql_and_the_cli(dsn: str) -> None:
+    """Another tenant's key is not this tenant's: tenant B enqueuing with tenant A's key gets a
+    job of its own (and A's job is left as it was), each tenant's repeat gets its own job."""
+    import contextlib
+    import io
+
+    from fairq.cli import main
+
+    with fairq.App(dsn) as app:
+        a = app.enqueue("send", tenant="acme", payload={"n": 1}, key="invoice-42")
+        b = app.enqueue("send", tenant="globex", payload={"n": 2}, key="invoice-42")
+        assert b != a
+        assert app.enqueue("send", tenant="globex", key="invoice-42") == b
+        assert app.enqueue("send", tenant="acme", key="invoice-42") == a
+        many = app.enqueue_many("send", [("acme", {}, "invoice-42"), ("initech", {}, "invoice-42"),
+                                          ("globex", {}, "invoice-42")])
+        assert many[0] == a and many[2] == b and many[1] not in (a, b)
+    assert enqueue_sql(dsn, task="send", tenant="hooli", key="invoice-42") not in (a, b, *many)
+    assert enqueue_sql(dsn, task="send", tenant="acme", key="invoice-42") == a
+
+    def cli(tenant: str) -> tuple[int, str]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            code = main(["--dsn", dsn, "enqueue", "send", "--no-app", "--tenant", tenant,
+                         "--key", "invoice-42"])
+        return code, out.getvalue().strip()
+
+    assert cli("acme") == (0, str(a))
+    code, umbrella = cli("umbrella")
+    assert code == 0 and int(umbrella) not in (a, b, *many)
+    assert sql_rows(dsn, "SELECT tenant, payload FROM fairq.jobs WHERE id IN (%s, %s) "
+                         "ORDER BY id", (a, b)) == [("acme", {"n": 1}), ("globex", {"n": 2})]
+    assert sql_rows(dsn, "SELECT count(DISTINCT tenant), count(*) FROM fairq.jobs") == [(5, 5)]
+
+
+def test_a_retry_delay_never_pushes_run_at_out_of_range(dsn: str) -> None:
+    """A failure's retry delay is capped like an enqueue's delay (ten years): the finish stores
+    it, where an uncapped one would break jobs_run_at_check and fail the whole batch."""
+    from fairq.policies import get_policy
+    from fairq.store import Store
+
+    enqueue_sql(dsn, task="t", tenant="a")
+    enqueue_sql(dsn, task="t", tenant="b")
+    store = Store(dsn, "fairq", min_size=1, max_size=1)
+    try:
+        jobs = store.claim(get_policy("fifo"), queue="default", batch=2, worker="w")
+        assert len(jobs) == 2
+        store.finish_failed([(jobs[0].id, jobs[0].attempts, "later", 1e12),
+                             (jobs[1].id, jobs[1].attempts, "soon", None)])
+    finally:
+        store.close()
+    rows = sql_rows(dsn, "SELECT status, run_at < now() + interval '3651 days', "
+                         "run_at > now() + interval '3649 days' FROM fairq.jobs ORDER BY id")
+    assert rows == [("queued", True, True), ("queued", True, False)]
+
+
+# Arrays of the wrong shape: a 2-D array's cardinality counts every element, but tasks[1] and
+# unnest read it as flat, so each slipped past the checks in its own way.
+BAD_SHAPES = [
+    ({"keys": "{{k1}}"}, "keys must be a one-dimensional array, not 2-dimensional"),
+    ({"queues": "{{q}}"}, "queues must be a one-dimensional array, not 2-dimensional"),
+    ({"tenants": "{a,b}", "keys": "{{k1},{k2}}"},
+     "keys must be a one-dimensional array, not 2-dimensional"),
+    ({"tasks": "{{t3}}"}, "tasks must be a one-dimensional array, not 2-dimensional"),
+    ({"tenants": "{{a}}"}, "tenants must be a one-dimensional array, not 2-dimensional"),
+    ({"payloads": "{{\"{}\"}}"}, "payloads must be a one-dimensional array, not 2-dimensional"),
+    ({"run_ats": "{{2030-01-01}}"}, "run_ats must be a one-dimensional array, not 2-dimensional"),
+    ({"keys": "[0:0]={k1}"}, "keys must be subscripted from 1, not from 0"),
+    ({"tasks": "[2:2]={t}"}, "tasks must be subscripted from 1, not from 2"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_SHAPES, ids=[str(a) for a, _ in BAD_SHAPES])
+def test_enqueue_many_refuses_arrays_of_the_wrong_shape(dsn: str, args: dict[str, str],
+                                                         message: str) -> None:
+    types = {"tasks": "text[]", "tenants": "text[]", "keys": "text[]", "queues": "text[]",
+             "payloads": "jsonb[]", "run_ats": "timestamptz[]"}
+    args = {"tasks": "{t}", "tenants": "{a}", **args}
+    named = ", ".join(f"{k} => %({k})s::{types[k]}" for k in args)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET statement_timeout = '10s'")
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(f"SELECT fairq.enqueue_many({named})", args)
+    assert info.value.sqlstate == "FQ001", info.value
+    assert info.value.diag.message_primary == "fairq: " + message
+    assert count_jobs(dsn) == 0
+
+
+def test_run_at_at_the_ends_of_the_range(dsn: str) -> None:
+    """Inclusive at 1970-01-01 UTC, exclusive at 9999-01-01 UTC; the table refuses the rest
+    whoever writes it (jobs_run_at_check), and Python gets the SQL's refusal as InvalidInput."""
+    import datetime as dt
+
+    first = enqueue_sql(dsn, task="t", tenant="a", run_at="1970-01-01 00:00:00+00")
+    last = enqueue_sql(dsn, task="t", tenant="a", run_at="9998-12-31 23:59:59.999999+00")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        sql_rows(dsn, "UPDATE fairq.jobs SET run_at = '0044-03-15 BC' WHERE id = %s", (first,))
+    with pytest.raises(psycopg.errors.CheckViolation):
+        sql_rows(dsn, "UPDATE fairq.jobs SET run_at = 'infinity' WHERE id = %s", (last,))
+    with fairq.App(dsn) as app:
+        early = dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=5)))
+        with pytest.raises(fairq.InvalidInput, match=RUN_AT_RANGE):
+            app.enqueue("t", tenant="a", run_at=early)
+    assert count_jobs(dsn) == 2
+
+
 def test_enqueue_many_maps_each_item_to_its_job(dsn: str) -> None:
     with fairq.App(dsn) as app:
         live = app.enqueue("t", tenant="x", key="live")
-        ids = app.enqueue_many("t", [("a", {"i": 0}), ("b", {"i": 1}, "k"), ("c", {"i": 2}, "live"),
-                                     ("d", {"i": 3}), ("e", {"i": 4}, "k"), ("f", {"i": 5})])
+        ids = app.enqueue_many("t", [("a", {"i": 0}), ("b", {"i": 1}, "k"), ("x", {"i": 2}, "live"),
+                                     ("d", {"i": 3}), ("b", {"i": 4}, "k"), ("f", {"i": 5})])
     assert ids[2] == live and ids[1] == ids[4]
     assert len(set(ids)) == 5
     got = dict(sql_rows(dsn, "SELECT id, payload->>'i' FROM fairq.jobs WHERE id <> %s", (live,)))
@@ -246,9 +356,14 @@ def test_a_finished_job_key_can_be_used_again(dsn: str) -> None:
 
 
 def test_keys_hold_under_many_concurrent_producers(dsn: str) -> None:
-    """16 connections enqueue the same 20 keys at once, each in its own transaction that commits
-    after a pause: exactly one job per key, and every producer got that job's id."""
+    """16 connections, four per tenant, enqueue the same 20 keys at once, each in its own
+    transaction that commits after a pause: exactly one job per tenant and key, and every
+    producer got its tenant's job's id."""
     producers, keys = 16, [f"order-{i}" for i in range(20)]
+
+    def tenant(n: int) -> str:
+        return f"t{n % 4}"
+
     barrier = threading.Barrier(producers)
     results: list[list[int]] = [[] for _ in range(producers)]
     errors: list[BaseException] = []
@@ -259,7 +374,7 @@ def test_keys_hold_under_many_concurrent_producers(dsn: str) -> None:
                 barrier.wait(timeout=30)
                 for key in keys[n % 3:] + keys[:n % 3]:  # different orders: no lock-step
                     row = conn.execute("SELECT fairq.enqueue(task => 'pay', tenant => %s, "
-                                       "key => %s)", (f"t{n % 4}", key)).fetchone()
+                                       "key => %s)", (tenant(n), key)).fetchone()
                     assert row is not None
                     results[n].append(int(row[0]))
                     conn.commit()
@@ -272,12 +387,12 @@ def test_keys_hold_under_many_concurrent_producers(dsn: str) -> None:
     for t in threads:
         t.join(60)
     assert not errors, errors
-    rows = sql_rows(dsn, "SELECT key, id FROM fairq.jobs ORDER BY key")
-    assert len(rows) == len(keys)
-    by_key = dict(rows)
+    rows = sql_rows(dsn, "SELECT tenant, key, id FROM fairq.jobs ORDER BY key")
+    assert len(rows) == 4 * len(keys)
+    by_key = {(t, k): i for t, k, i in rows}
     for n in range(producers):
         order = keys[n % 3:] + keys[:n % 3]
-        assert results[n] == [by_key[k] for k in order]
+        assert results[n] == [by_key[(tenant(n), k)] for k in order]
 
 
 # -- the Python API's smaller refusals ---------------------------------------------------------
@@ -376,7 +491,8 @@ def test_a_key_held_by_an_open_transaction_waits_for_its_outcome(dsn: str) -> No
             [(first_id,)] = first.execute("SELECT fairq.enqueue(task => 't', tenant => 'a', "
                                           "key => %s)", (outcome,)).fetchall()
             second = threading.Thread(target=lambda key=outcome, out=got: out.append(
-                enqueue_sql(dsn, task="t", tenant="b", key=key)))
+                enqueue_sql(dsn, task="t", tenant="a", key=key, payload=psycopg.types.json.Jsonb(
+                    {"second": True}))))
             second.start()
             second.join(1.0)
             assert second.is_alive() and not got  # waiting on the first transaction
@@ -384,8 +500,8 @@ def test_a_key_held_by_an_open_transaction_waits_for_its_outcome(dsn: str) -> No
             second.join(30)
         assert len(got) == 1
         assert (got[0] == first_id) == (outcome == "commit")
-        assert sql_rows(dsn, "SELECT id, tenant FROM fairq.jobs WHERE key = %s", (outcome,)) == \
-            [(got[0], "b" if outcome == "rollback" else "a")]
+        assert sql_rows(dsn, "SELECT id, payload FROM fairq.jobs WHERE key = %s", (outcome,)) == \
+            [(got[0], {"second": True} if outcome == "rollback" else {})]
 
 
 def test_a_repeatable_read_producer_meeting_a_newer_keyed_job_must_retry(dsn: str) -> None:

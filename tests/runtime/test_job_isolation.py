@@ -131,15 +131,16 @@ def test_an_observer_error_after_the_claim_strands_no_job(app: fairq.App, dsn: s
     assert [rows[i][1:3] for i in ids] == [("done", 1)] * 5
 
 
-def test_job_with_infinite_run_at_can_be_shown(app: fairq.App, dsn: str,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_job_with_an_infinite_time_can_be_shown(app: fairq.App, dsn: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """run_at cannot be infinite (jobs_run_at_check); the job's other times can."""
     job_id = app.enqueue("t", tenant="a")
     with psycopg.connect(dsn) as c:
-        c.execute("UPDATE fairq.jobs SET run_at = 'infinity' WHERE id = %s", (job_id,))
+        c.execute("UPDATE fairq.jobs SET created_at = 'infinity' WHERE id = %s", (job_id,))
     info = app.job(job_id)
-    assert info is not None and info.run_at.year == 9999
+    assert info is not None and info.created_at.year == 9999
     assert main(["--dsn", dsn, "job", str(job_id)]) == 0
-    assert json.loads(capsys.readouterr().out)["run_at"].startswith("9999-12-31")
+    assert json.loads(capsys.readouterr().out)["created_at"].startswith("9999-12-31")
 
 
 # -- payload shapes through enqueue, claim and handler ---------------------------------------
