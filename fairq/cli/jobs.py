@@ -9,6 +9,7 @@ from fairq import validation as v
 from fairq.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
+    EXIT_USAGE,
     check_connection,
     integer,
     json_argument,
@@ -130,9 +131,9 @@ def run_job(args: argparse.Namespace) -> int:
 
     with open_app(args) as app:
         info = app.job(args.id)
-    if info is None:
+    if info is None:  # an id the user gave that names nothing: bad input
         print(f"fairq job: no job {args.id}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_USAGE
     print_json(info)
     return EXIT_OK
 
@@ -160,7 +161,7 @@ def run_cancel(args: argparse.Namespace) -> int:
     why = ("no such job" if info is None
            else f"it is {info.status}; only queued jobs can be cancelled")
     print(f"fairq cancel: job {args.id} not cancelled: {why}", file=sys.stderr)
-    return EXIT_ERROR
+    return EXIT_USAGE if info is None else EXIT_ERROR
 
 
 def run_prune(args: argparse.Namespace) -> int:
