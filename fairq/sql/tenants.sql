@@ -100,7 +100,8 @@ UPDATE {schema}.group_schedule SET refreshed_at = '-infinity';
 
 -- name: list_groups
 -- Every configured group, and the group 'default' of the tenants without one (weight 1 unless
--- configured), with how many tenants are in it.
+-- configured), with how many tenants are in it: those with settings of their own and those
+-- known only by their jobs (in tenant_schedule), each counted once.
 WITH g AS (
     SELECT tg.tenant_group, tg.weight, true AS configured FROM {schema}.tenant_groups tg
     UNION ALL
@@ -108,6 +109,11 @@ WITH g AS (
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.tenant_groups tg WHERE tg.tenant_group = 'default')
 )
 SELECT g.tenant_group AS name, g.weight, g.configured,
-       (SELECT count(*) FROM {schema}.tenants t
-        WHERE coalesce(t.tenant_group, 'default') = g.tenant_group)::int AS tenants
+       (SELECT count(*) FROM (
+            SELECT coalesce(t.tenant_group, 'default') AS grp FROM {schema}.tenants t
+            UNION ALL
+            SELECT coalesce(min(ts.tenant_group), 'default') FROM {schema}.tenant_schedule ts
+            WHERE NOT EXISTS (SELECT 1 FROM {schema}.tenants t WHERE t.tenant = ts.tenant)
+            GROUP BY ts.tenant
+        ) x WHERE x.grp = g.tenant_group)::int AS tenants
 FROM g ORDER BY g.tenant_group;

@@ -27,12 +27,12 @@ import pytest
 import sqlalchemy as sa
 
 from fairq import embedded
-from fairq.embedded import install
 from fairq.embedded import (
     EmbeddedUnavailable,
     default_home,
     dsn_to_sqlalchemy_url,
     ensure_server,
+    install,
     stop_server,
 )
 from tests.support.paths import REPO, SUPPORT
