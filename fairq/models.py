@@ -271,10 +271,11 @@ TenantDefaults = tuple[float, int, float | None, int | None]
 
 @dataclass(slots=True)
 class ReapResult:
-    """What one reaper pass did, per queue."""
+    """What one reaper pass did, per queue, and to which jobs: (id, queue, tenant, status)."""
 
     requeued: dict[str, int] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
+    jobs: list[tuple[int, str, str, str]] = field(default_factory=list)
 
     @property
     def total(self) -> int:

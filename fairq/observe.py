@@ -22,7 +22,8 @@ class WorkerObserver(Protocol):
     def on_finish(self, job: ClaimedJob, outcome: str, run_seconds: float) -> None:
         """outcome: 'done', 'retry', 'failed' or 'lease_lost'."""
 
-    def on_reap(self, queue: str, expired: int) -> None: ...
+    def on_reap(self, queue: str, expired: int, failed: int = 0) -> None:
+        """``expired`` leases reaped in ``queue``, ``failed`` of them failed for good."""
 
     def on_loop(self, healthy: bool) -> None:
         """Called every worker loop turn; ``healthy`` is False while the database is unreachable."""
@@ -41,7 +42,7 @@ class NullObserver:
     def on_finish(self, job: ClaimedJob, outcome: str, run_seconds: float) -> None:
         pass
 
-    def on_reap(self, queue: str, expired: int) -> None:
+    def on_reap(self, queue: str, expired: int, failed: int = 0) -> None:
         pass
 
     def on_loop(self, healthy: bool) -> None:

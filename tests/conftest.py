@@ -2,7 +2,8 @@
 
 By default the tests use the system PostgreSQL (``FAIRQ_TEST_DSN``, default
 ``postgresql://postgres@127.0.0.1:5432/postgres``). ``FAIRQ_TEST_EMBEDDED=1`` runs the same
-suite against the embedded PostgreSQL 18 instead.
+suite against the embedded PostgreSQL 18 instead. The databases they make are named
+``fairq_test_...`` and dropped even after a killed run (tests/support/db.py).
 """
 
 from __future__ import annotations
@@ -17,9 +18,21 @@ import pytest
 
 from fairq import migrate
 from fairq.store import Store
-from tests.support.db import SCHEMA, create_database, drop_database, dsn_for_db
+from tests.support.db import SCHEMA, create_database, drop_database, dsn_for_db, sweep_orphans
 
 pytest_plugins = ("tests.support.skip_summary",)  # the run ends with what it skipped and how to install it
+
+SLOW_COMMAND = "FAIRQ_SLOW=1 ./scripts/test -m slow"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (a fresh checkout's .venv, long soaks) run only when asked."""
+    if os.environ.get("FAIRQ_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason=f"slow: run with {SLOW_COMMAND}")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +41,9 @@ def admin_dsn() -> Iterator[str]:
     ``FAIRQ_TEST_EMBEDDED=1`` an embedded PostgreSQL 18 started for this session and stopped
     after it (``FAIRQ_TEST_EMBEDDED_HOME`` reuses one you keep)."""
     if os.environ.get("FAIRQ_TEST_EMBEDDED") != "1":
-        yield os.environ.get("FAIRQ_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+        admin = os.environ.get("FAIRQ_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+        sweep_orphans(admin)  # what a killed run left behind
+        yield admin
         return
     from fairq import embedded
 

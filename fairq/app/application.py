@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from fairq import validation as v
+from fairq.app.depth import QueueDepth, queue_depth
 from fairq.app.enqueue import Item, new_job, new_jobs
 from fairq.app.task import Task, default_name
 from fairq.app.tenants import Groups, Tenants
@@ -329,6 +330,11 @@ class App:
     def cancel(self, job_id: int) -> bool:
         """Cancel a queued job; False if it is running, finished or unknown."""
         return self.store.cancel(v.integer("job id", job_id, 1, 2**63 - 1))
+
+    def queue_depth(self, queue: str | None = None, tenant: str | None = None) -> QueueDepth:
+        """Jobs by status in one queue and/or for one tenant (None: all): queued (due and
+        delayed), running, and the finished ones still kept."""
+        return queue_depth(self.store, queue, tenant)
 
     # -- operators -----------------------------------------------------------------------
     def jobs(self, *, status: str | None = None, tenant: str | None = None,

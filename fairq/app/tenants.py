@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from fairq import validation as v
 from fairq.errors import InvalidInput
-from fairq.models import GroupConfig, TenantConfig, TenantExplanation
+from fairq.models import GroupConfig, TenantConfig, TenantDefaults, TenantExplanation
 
 if TYPE_CHECKING:
     from fairq.app.application import App
@@ -108,6 +108,33 @@ class Tenants:
             return found[0] if found else TenantExplanation(tenant, queue, "no_jobs")
         with_jobs = [e for e in found if e.reason != "no_jobs"]
         return with_jobs or [TenantExplanation(tenant, None, "no_jobs")]
+
+    def set_defaults(self, *, weight: float | None = None, max_running: int | None = None,
+                     rate: float | _Keep | None = KEEP,
+                     burst: int | _Keep | None = KEEP) -> TenantDefaults:
+        """Set what tenants without settings of their own get (a tenants file's ``[defaults]``);
+        unset fields keep their current value. Effective from the next claim. Returns the new
+        (weight, max_running, rate, burst)."""
+        new_weight = v.weight(weight) if weight is not None else None
+        new_cap = v.max_running(max_running) if max_running is not None else None
+        if rate is not KEEP and rate is not None:
+            v.rate(rate)
+        if burst is not KEEP and burst is not None:
+            v.burst(burst)
+        cur_weight, cur_cap, cur_rate, cur_burst = self._app.store.get_tenant_defaults()
+        new_rate = cur_rate if rate is KEEP else rate
+        new_burst = (cur_burst if new_rate is not None and cur_rate is not None else None) \
+            if burst is KEEP else burst
+        new_rate, new_burst = v.rate_limit(new_rate, new_burst)
+        defaults: TenantDefaults = (
+            new_weight if new_weight is not None else cur_weight,
+            new_cap if new_cap is not None else cur_cap, new_rate, new_burst)
+        self._app.store.set_tenants([], defaults=defaults)
+        return defaults
+
+    def get_defaults(self) -> TenantDefaults:
+        """(weight, max_running, rate, burst) of tenants without settings of their own."""
+        return self._app.store.get_tenant_defaults()
 
     def list(self) -> list[TenantConfig]:
         return self._app.store.list_tenants()

@@ -60,7 +60,7 @@ class _ClaimObserver:
     def on_finish(self, job: ClaimedJob, outcome: str, run_seconds: float) -> None:
         pass
 
-    def on_reap(self, queue: str, expired: int) -> None:
+    def on_reap(self, queue: str, expired: int, failed: int = 0) -> None:
         pass
 
     def on_loop(self, healthy: bool) -> None:

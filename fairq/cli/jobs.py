@@ -153,7 +153,7 @@ def run_job(args: argparse.Namespace) -> int:
 
     with open_app(args) as app:
         info = app.job(args.id)
-    if info is None:
+    if info is None:  # an id the user gave that names nothing: bad input
         print(f"fairq job: no job {args.id}", file=sys.stderr)
         return EXIT_USAGE
     print_json(info)
@@ -180,12 +180,10 @@ def run_cancel(args: argparse.Namespace) -> int:
             print(f"cancelled job {args.id}")
             return EXIT_OK
         info = app.job(args.id)
-    if info is None:
-        print(f"fairq cancel: job {args.id} not cancelled: no such job", file=sys.stderr)
-        return EXIT_USAGE
-    print(f"fairq cancel: job {args.id} not cancelled: it is {info.status}; only queued jobs "
-          "can be cancelled", file=sys.stderr)
-    return EXIT_ERROR
+    why = ("no such job" if info is None
+           else f"it is {info.status}; only queued jobs can be cancelled")
+    print(f"fairq cancel: job {args.id} not cancelled: {why}", file=sys.stderr)
+    return EXIT_USAGE if info is None else EXIT_ERROR
 
 
 def run_prune(args: argparse.Namespace) -> int:

@@ -49,6 +49,7 @@ RUN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 1
                300.0, 900.0, 3600.0)
 OUTCOMES = ("done", "retry", "failed", "lease_lost")
 RESULTS = ("claimed", "empty", "error")
+REAP_OUTCOMES = ("requeued", "failed")
 CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -84,6 +85,7 @@ class PrometheusObserver:
         self._run: dict[tuple[str, str, str], Hist] = {}
         self._claim: dict[tuple[str, str, str], Hist] = {}
         self._leases: dict[str, float] = {}
+        self._reaped: dict[tuple[str, str], float] = {}  # (queue, outcome)
         self._last_loop: float | None = None
         self._created = clock()
         self._fresh = FreshSeries()  # a tenant's first series are shown at 0 first
@@ -102,6 +104,8 @@ class PrometheusObserver:
         with self._lock:
             queue = self._queue(queue, 1.0 + len(jobs))
             self._leases.setdefault(queue, 0.0)  # the series exists from the first claim on
+            for outcome in REAP_OUTCOMES:
+                self._reaped.setdefault((queue, outcome), 0.0)
             h = self._claim.get((queue, policy, result))
             if h is None:
                 # Every result's series exists from the first claim on: a rate of errors is 0,
@@ -136,10 +140,13 @@ class PrometheusObserver:
                 r = self._run[rk] = Hist(RUN_BUCKETS)
             r.observe(max(run_seconds, 0.0))
 
-    def on_reap(self, queue: str, expired: int) -> None:
+    def on_reap(self, queue: str, expired: int, failed: int = 0) -> None:
         with self._lock:
             queue = self._queue(queue, expired)
             self._leases[queue] = self._leases.get(queue, 0.0) + expired
+            for outcome, n in (("requeued", expired - failed), ("failed", failed)):
+                key = (queue, outcome)
+                self._reaped[key] = self._reaped.get(key, 0.0) + n
 
     def on_loop(self, healthy: bool) -> None:
         self._last_loop = self._clock()
@@ -193,6 +200,8 @@ class PrometheusObserver:
             if fold is self.queue_fold:
                 for queue in demoted:
                     self._leases.pop(queue, None)
+                    for outcome in REAP_OUTCOMES:
+                        self._reaped.pop((queue, outcome), None)
 
     def rerank_now(self) -> None:
         """Re-rank immediately (tests, or an operator-triggered refresh)."""
@@ -238,6 +247,12 @@ class PrometheusObserver:
                 labels=["queue"])
             for q, v in self._leases.items():
                 leases.add_metric([q], v)
+            reaped = CounterMetricFamily(
+                "fairq_leases_reaped", "Expired leases this worker reaped (its maintenance or "
+                "its drain), by outcome: requeued, or failed at max_attempts.",
+                labels=["queue", "outcome"])
+            for (q, o), v in self._reaped.items():
+                reaped.add_metric([q, o], v)
             folded = GaugeMetricFamily(
                 "fairq_metrics_tenants_folded",
                 "Tenants whose worker series are folded into tenant=\"__other__\" "
@@ -247,7 +262,7 @@ class PrometheusObserver:
                                "1 when the worker loop ticked recently and reported its database "
                                "connection healthy.", value=1.0 if self.loop_healthy() else 0.0)
         yield from self._fresh.zero_new((enq, claimed, finished, wait, run, claim, leases,
-                                         folded, up))
+                                         reaped, folded, up))
 
     def serve(self, port: int, host: str = "0.0.0.0",
               health: Callable[[], bool] | None = None) -> MetricsServer:

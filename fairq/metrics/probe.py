@@ -10,9 +10,10 @@ Two sources, chosen when the probe first connects (and again after a reconnect):
 * Otherwise a sampled probe: at most once per ``interval`` seconds (never per claim) the claim
   statement is prepared once per session (as psycopg does for workers after a few executions)
   and run as ``EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE`` inside a transaction that is always
-  rolled back, with short statement and lock timeouts. Planning and execution times come from
-  the plan; the re-planning ratio is custom plans / all plans of that prepared statement, from
-  ``pg_prepared_statements``, i.e. how often PostgreSQL's plan cache re-planned it.
+  rolled back, with short statement and lock timeouts and a worker's planner settings (its plan
+  cache mode included). Planning and execution times come from the plan; the re-planning ratio
+  is custom plans / all plans of that prepared statement, from ``pg_prepared_statements``, i.e.
+  how often the plan cache planned it afresh: 0 for a worker's generic plan.
 
 The live source is named in every HELP text and in ``fairq_claim_probe_info{source=...}``.
 The probe rolls back, but while it runs it does lock the rows the claim would take (SKIP LOCKED

@@ -17,6 +17,7 @@ from fairq.job import Job
 from fairq.observe import WorkerObserver
 from fairq.runtime.finisher import Finisher
 from fairq.runtime.heartbeats import Heartbeats
+from fairq.runtime.maintenance import reap_and_report
 from fairq.runtime.slots import Slots
 from fairq.runtime.state import Completion, Shared, log
 from fairq.store import Store
@@ -52,9 +53,7 @@ class Drain:
         with sh.lock:
             if claimed or not poll or not sh.settled():
                 return False
-        reaped = store.reap_expired()
-        for queue in sorted(set(reaped.requeued) | set(reaped.failed)):
-            self.observer.on_reap(queue, reaped.requeued.get(queue, 0) + reaped.failed.get(queue, 0))
+        reaped = reap_and_report(store, self.observer)
         if reaped.total:
             return False
         stranded, expires_in = store.held_running(self.worker_id)

@@ -44,6 +44,7 @@ from fairq.runtime.registry import WorkerRegistry
 from fairq.runtime.settings import StoreFactory, WorkerSettings, WorkerStores
 from fairq.runtime.signals import SignalRelay
 from fairq.runtime.slots import Slots, TaskHandler
+from fairq.runtime.startup_checks import log_default_cap
 from fairq.runtime.state import Shared, WorkerStats, log
 from fairq.store import Store
 from fairq.store.errors import (
@@ -190,6 +191,7 @@ class Worker:
         log.info("worker %s: queues=%s policy=%s concurrency=%d", self.worker_id,
                  ",".join(self.queues), self.policy.name, self.concurrency)
         store = self.store
+        log_default_cap(store, self.worker_id, self.concurrency)
         schedule = MaintenanceSchedule(store, self._services(store))
         try:
             self._start_threads()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from fairq.models import ReapResult
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.runtime.periodic import Periodic, latest_tick, next_tick
 from fairq.store import Store
@@ -40,6 +41,44 @@ class Service(Protocol):
         """One pass; returns how many rows it changed."""
 
 
+# The reaper's log line names at most this many tenants, and this many job ids per tenant.
+REAP_LOG_TENANTS = 10
+REAP_LOG_IDS = 5
+
+
+def reaped_summary(jobs: Sequence[tuple[int, str, str, str]]) -> str:
+    """Whose leases were reaped, bounded: ``acme (jobs 4, 5), globex (job 9), ... and 3 more
+    tenant(s)``; the count of each tenant's jobs is always there, the ids up to a few."""
+    by_tenant: dict[str, list[int]] = {}
+    for job_id, _queue, tenant, _status in jobs:
+        by_tenant.setdefault(tenant, []).append(job_id)
+    ranked = sorted(by_tenant.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    parts = []
+    for tenant, ids in ranked[:REAP_LOG_TENANTS]:
+        shown = ", ".join(str(i) for i in sorted(ids)[:REAP_LOG_IDS])
+        more = f", +{len(ids) - REAP_LOG_IDS} more" if len(ids) > REAP_LOG_IDS else ""
+        parts.append(f"{tenant} ({'job' if len(ids) == 1 else f'{len(ids)} jobs'} {shown}{more})")
+    if len(ranked) > REAP_LOG_TENANTS:
+        parts.append(f"and {len(ranked) - REAP_LOG_TENANTS} more tenant(s)")
+    return ", ".join(parts)
+
+
+def reap_and_report(store: Store, observer: WorkerObserver, limit: int = 1000) -> ReapResult:
+    """One reap: expired leases back to the queue (or failed at max_attempts), counted in the
+    observer and logged with how many and whose. The maintenance reaper and a drain both use it,
+    so a lease reaped by either is never silent."""
+    result = store.reap_expired(limit=limit)
+    for queue in sorted(set(result.requeued) | set(result.failed)):
+        failed = result.failed.get(queue, 0)
+        observer.on_reap(queue, result.requeued.get(queue, 0) + failed, failed)
+    if result.total:
+        failed = sum(result.failed.values())
+        log.info("reaped %d expired lease(s): %d back in the queue, %d failed at max_attempts; "
+                 "tenants: %s", result.total, result.total - failed, failed,
+                 reaped_summary(result.jobs))
+    return result
+
+
 @dataclass
 class Reaper:
     """Expired leases back to the queue, or failed at max_attempts."""
@@ -53,15 +92,10 @@ class Reaper:
     def run_once(self) -> int:
         total = 0
         while True:
-            result = self.store.reap_expired(limit=self.limit)
-            for queue in sorted(set(result.requeued) | set(result.failed)):
-                n = result.requeued.get(queue, 0) + result.failed.get(queue, 0)
-                self.observer.on_reap(queue, n)
+            result = reap_and_report(self.store, self.observer, self.limit)
             total += result.total
             if result.total < self.limit:
                 break
-        if total:
-            log.info("reaper: %d expired lease(s) returned or failed", total)
         return total
 
 

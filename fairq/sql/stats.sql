@@ -19,8 +19,9 @@ SELECT set_config('statement_timeout', %(timeout_ms)s::text, true),
 -- One row per (queue, tenant) with jobs or scheduling state. claim_share is the tenant's share
 -- of the jobs started in the last %(window)s seconds (tenant_schedule.claimed_total is
 -- cumulative since the tenant first appeared, so it cannot show recent fairness);
--- weight_share is its share of the weight of the tenants active in that window (due jobs,
--- running jobs or recent claims), which is what a fair policy aims claim_share at.
+-- weight_share is its share of the weight of the tenants active now (due or running jobs: a
+-- tenant with only delayed jobs, or idle since its last claims, competes for nothing), which is
+-- what a fair policy aims claim_share at, and what the dashboards' weight share counts.
 WITH counts AS (
     SELECT j.queue, j.tenant,
            count(*) FILTER (WHERE j.status = 'queued' AND j.run_at <= now()) AS due,
@@ -61,7 +62,7 @@ merged AS (
     WHERE %(queue)s::text IS NULL OR coalesce(c.queue, ts.queue) = %(queue)s::text
 ),
 flagged AS (
-    SELECT m.*, (m.due > 0 OR m.running > 0 OR m.recent_claims > 0) AS active FROM merged m
+    SELECT m.*, (m.due > 0 OR m.running > 0) AS active FROM merged m
 ),
 -- With tenant groups, a tenant's weight is its share of its group's weight (docs/algorithm.md,
 -- "Tenant groups"); without groups this is proportional to its own weight.

@@ -114,8 +114,9 @@ UPDATE {schema}.group_schedule SET refreshed_at = '-infinity';
 
 -- name: list_groups
 -- Every configured group, and the group 'default' of the tenants without one (weight 1 unless
--- configured), with how many tenants are in it: one pass over the tenants, grouped (a count
--- per group by a correlated subquery would read every tenant once per group).
+-- configured), with how many tenants are in it: those with settings of their own and those
+-- known only by their jobs (in tenant_schedule), each counted once. One pass over the tenants,
+-- grouped (a count per group by a correlated subquery would read every tenant once per group).
 SELECT x.name, coalesce(max(x.weight), 1.0) AS weight, bool_or(x.configured) AS configured,
        sum(x.tenants)::int AS tenants
 FROM (
@@ -125,6 +126,11 @@ FROM (
     SELECT 'default', NULL, false, true, 0
     UNION ALL
     SELECT coalesce(t.tenant_group, 'default'), NULL, false, false, 1 FROM {schema}.tenants t
+    UNION ALL
+    SELECT coalesce(min(ts.tenant_group), 'default'), NULL, false, false, 1
+    FROM {schema}.tenant_schedule ts
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.tenants t WHERE t.tenant = ts.tenant)
+    GROUP BY ts.tenant
 ) x
 GROUP BY x.name
 HAVING bool_or(x.listed)

@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 
 from fairq import sql
 from fairq.store.pg import Store
+from fairq.store.planner import PLAN_CACHE_MODE, PLANNER_SETTINGS
 from fairq.store.workers import MISSED_BEATS
 
 # PostgreSQL types of the claim statements' parameters, for PREPARE.
@@ -229,9 +230,11 @@ class MonitorSession:
         explain = pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {}({})").format(
             pgsql.Identifier(name), pgsql.SQL(", ").join(pgsql.Literal(params[p]) for p in order))
         with conn.transaction(force_rollback=True):
-            conn.execute(self.statement("metrics_timeouts"),
-                         {"statement_ms": str(statement_timeout_ms),
-                          "lock_ms": str(lock_timeout_ms)})
+            # A worker's planner settings (its plan cache mode included), so the plan, its
+            # timings and the re-planning counts are those a worker's session gets.
+            conn.execute(self.statement("transaction_settings"), {
+                "statement_timeout": str(statement_timeout_ms), "lock_timeout": str(lock_timeout_ms),
+                "synchronous_commit": None, "plan_cache_mode": PLAN_CACHE_MODE, **PLANNER_SETTINGS})
             row = conn.execute(explain).fetchone()
         if not row:
             return None, None

@@ -187,6 +187,7 @@ class Store(StoreSessions):
             for r in cur.fetchall():
                 target = result.requeued if r["status"] == "queued" else result.failed
                 target[r["queue"]] = target.get(r["queue"], 0) + 1
+                result.jobs.append((int(r["id"]), r["queue"], r["tenant"], r["status"]))
         return result
 
     def wake_due_tenants(self) -> int:

@@ -48,10 +48,11 @@ def test_tenants_list_shows_every_tenant_once_with_its_effective_settings(
         TenantConfig("idle", 0.5, 7, True, 0, None, None, None),
         TenantConfig("seen", 2.0, 7, False, 3, None, None, None),
     ]
-    assert app.groups.list() == [GroupConfig("default", 1.0, False, 1),
+    # a group counts its configured tenants and those known only by their jobs ("seen")
+    assert app.groups.list() == [GroupConfig("default", 1.0, False, 2),
                                  GroupConfig("gold", 3.0, True, 1)]
     app.groups.set("default", weight=0.5)
-    assert app.groups.list()[0] == GroupConfig("default", 0.5, True, 1)
+    assert app.groups.list()[0] == GroupConfig("default", 0.5, True, 2)
 
 
 def test_tenants_list_with_no_tenants(app: fairq.App,

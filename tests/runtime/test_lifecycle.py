@@ -178,7 +178,7 @@ class ReapLog(NullObserver):
     def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []
 
-    def on_reap(self, queue: str, expired: int) -> None:
+    def on_reap(self, queue: str, expired: int, failed: int = 0) -> None:
         self.calls.append((queue, expired))
 
 

@@ -40,7 +40,7 @@ class Recorder(NullObserver):
             self.finishes.append((job.id, job.attempts, outcome))
             self.cond.notify_all()
 
-    def on_reap(self, queue: str, expired: int) -> None:
+    def on_reap(self, queue: str, expired: int, failed: int = 0) -> None:
         with self.cond:
             self.reaps.append((queue, expired))
             self.cond.notify_all()

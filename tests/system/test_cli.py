@@ -156,10 +156,13 @@ def test_enqueue_prints_the_id_and_job_shows_it(
     assert info["run_at"] > info["created_at"]
 
 
-def test_job_that_does_not_exist_exits_2(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+def test_unknown_job_ids_exit_2(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     code, out, err = run(capsys, "--dsn", dsn, "job", "424242")
     assert code == 2 and out == ""
     assert "424242" in one_line(err)
+    code, out, err = run(capsys, "--dsn", dsn, "cancel", "424242")
+    assert code == 2 and out == ""
+    assert "424242" in one_line(err) and "no such job" in err
 
 
 def test_cancel_a_queued_job_then_again(capsys: pytest.CaptureFixture[str], dsn: str) -> None:

@@ -10,6 +10,7 @@ import json
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,40 @@ def test_systemd_unit_runs_a_real_command_with_a_long_enough_stop_timeout() -> N
     assert svc["KillSignal"] == "SIGTERM" and svc["KillMode"] == "mixed"
     assert int(svc["TimeoutStopSec"]) >= args.grace_period + MARGIN
     assert svc["Restart"] in ("on-failure", "always")
+
+
+SYSUSERS = DEPLOY / "systemd" / "fairq.sysusers.conf"
+
+
+def test_the_units_user_is_created_by_the_sysusers_file(tmp_path: Path) -> None:
+    svc = read_unit()["Service"]
+    lines = [ln.split() for ln in SYSUSERS.read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert [ln[:2] for ln in lines] == [["u", svc["User"]]]
+    assert svc["Group"] == svc["User"]  # `u` makes the group of the same name
+    assert "sysusers" in UNIT.read_text() and SYSUSERS.name in DOC
+    if shutil.which("systemd-sysusers") is None:
+        pytest.skip("systemd-sysusers not installed")
+    (tmp_path / "etc").mkdir()
+    proc = subprocess.run(["systemd-sysusers", f"--root={tmp_path}", str(SYSUSERS)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    passwd = (tmp_path / "etc" / "passwd").read_text().splitlines()
+    group = (tmp_path / "etc" / "group").read_text().splitlines()
+    assert any(ln.startswith(f"{svc['User']}:") for ln in passwd)
+    assert any(ln.startswith(f"{svc['Group']}:") for ln in group)
+
+
+def test_the_guide_says_what_a_worker_does_when_the_database_is_down_at_start() -> None:
+    section = DOC.split("## Starting with the database down", 1)[1].split("\n## ", 1)[0]
+    assert "exits" in section and "cannot connect" in section
+    assert "Restart=on-failure" in section and "back-off" in section
+    done = subprocess.run(
+        [sys.executable, "-m", "fairq", "worker", "myapp.tasks:app",
+         "--dsn", "postgresql://postgres@127.0.0.1:1/nowhere"],
+        cwd=DEPLOY / "docker" / "app", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "cannot connect" in done.stderr, done.stderr
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
@@ -230,8 +265,22 @@ def test_one_exporter_and_a_drain_cronjob() -> None:
     args = parse_fairq(d["command"])
     assert args.command == "worker" and args.until_empty
     assert pod["terminationGracePeriodSeconds"] >= args.grace_period + MARGIN
-    (mig,) = containers(m[("Job", "fairq-migrate")]["spec"]["template"]["spec"])
-    assert parse_fairq(mig["command"]).command == "migrate"
+
+
+def test_applying_the_kustomization_again_works() -> None:
+    """`kubectl apply -k` each release: no Job (its pod template is immutable once created, and
+    generateName is refused by apply); the migration runs as each worker pod's initContainer,
+    with the worker's image and database URL."""
+    m = manifests()
+    assert not [name for kind, name in m if kind == "Job"]
+    for doc in m.values():
+        assert "generateName" not in doc["metadata"]
+    pod = m[("Deployment", "fairq-worker")]["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert parse_fairq(init["command"]).command == "migrate"
+    (worker,) = containers(pod)
+    assert init["image"] == worker["image"]
+    assert init["env"] == [e for e in worker["env"] if e["name"] == "FAIRQ_DATABASE_URL"]
 
 
 # -- ./scripts/test ------------------------------------------------------------------------------

