@@ -61,7 +61,9 @@ FUNCTION_FILES = (
     "0001_baseline/weights.sql",      # effective_weight, group factors
     "0001_baseline/settle.sql",       # claim_settle
     "0001_baseline/claim.sql",        # claim_fair, wait_and_pick, claim_terms
-    "0001_baseline/enqueue.sql",      # enqueue, enqueue_many and their grants
+    "0001_baseline/enqueue.sql",      # enqueue and the grants (enqueue_many replaced below)
+    "0003_lock_order/slots.sql",      # return_slots
+    "0003_lock_order/enqueue.sql",    # enqueue_many
 )
 
 

@@ -80,10 +80,10 @@ def functions(dsn: str, schema: str) -> set[str]:
 
 
 # Every function the baseline creates: the ones the named statements and Python call, and the
-# ones those call (alembic/versions/0001_baseline/*.sql).
+# ones those call (alembic/versions/0001_baseline/*.sql and the later migrations' folders).
 FUNCTIONS = {"claim_fair", "claim_room", "claim_settle", "claim_terms", "eff_weight",
              "effective_weight", "enqueue", "enqueue_many", "groups_due", "queue_vtime",
-             "refresh_groups", "tenant_dry", "tenant_tokens", "throttled_open", "throttled_total",
+             "refresh_groups", "return_slots", "tenant_dry", "tenant_tokens", "throttled_open", "throttled_total",
              "token_at", "token_due", "wait_and_pick"}
 
 
@@ -287,8 +287,8 @@ def test_worker_refuses_a_schema_that_was_never_migrated(empty_dsn: str) -> None
 
 
 LATER = '''"""a later migration, which changes nothing"""
-revision = "0002"
-down_revision = "0001"
+revision = "9000"
+down_revision = "{head}"
 branch_labels = None
 depends_on = None
 
@@ -306,21 +306,22 @@ def test_worker_refuses_an_older_revision_and_runs_on_an_unknown_newer_one(
         empty_dsn: str, caplog: pytest.LogCaptureFixture, tmp_path: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
     migrate.upgrade(empty_dsn, "fairq")
-    # A fairq with one migration more (a copy of the migrations folder and a no-op 0002): to
-    # it, the schema at 0001 is an older revision.
+    now = migrate.head()
+    # A fairq with one migration more (a copy of the migrations folder and a no-op 9000 after
+    # today's head): to it, the schema at today's head is an older revision.
     later = tmp_path / "migrations"
     shutil.copytree(migrate.migrations_dir(), later,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    (later / "versions" / "0002_later.py").write_text(LATER)
+    (later / "versions" / "9000_later.py").write_text(LATER.replace("{head}", now))
     monkeypatch.setattr(migrate, "migrations_dir", lambda: later)
     app = _noop_app(empty_dsn)
     try:
         error = _refusal(app)
         assert isinstance(error, fairq.ConfigurationError), error
         head = ScriptDirectory.from_config(migrate._config(None, "fairq")).get_current_head()
-        assert head == "0002"
-        assert f"at fairq revision 0001, this fairq needs {head}: run `fairq migrate`" in str(error)
-        assert migrate.upgrade(empty_dsn, "fairq") == ("0001", "0002")
+        assert head == "9000"
+        assert f"at fairq revision {now}, this fairq needs {head}: run `fairq migrate`" in str(error)
+        assert migrate.upgrade(empty_dsn, "fairq") == (now, "9000")
         app.worker(policy="fifo", listen=False).run(until_empty=True)  # at head: no complaint
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
             conn.execute("UPDATE fairq.alembic_version SET version_num = '9999_from_the_future'")
