@@ -83,8 +83,8 @@ def functions(dsn: str, schema: str) -> set[str]:
 # ones those call (alembic/versions/0001_baseline/*.sql and the later migrations' folders).
 FUNCTIONS = {"claim_fair", "claim_room", "claim_settle", "claim_terms", "eff_weight",
              "effective_weight", "enqueue", "enqueue_many", "groups_due", "queue_vtime",
-             "refresh_groups", "return_slots", "tenant_dry", "tenant_tokens", "throttled_open", "throttled_total",
-             "token_at", "token_due", "wait_and_pick"}
+             "refresh_groups", "return_slots", "tenant_dry", "tenant_tokens", "throttled_open",
+             "throttled_total", "token_at", "token_due", "wait_and_pick"}
 
 
 def test_baseline_up_down_up(empty_dsn: str) -> None:
