@@ -23,9 +23,12 @@ SELECT {schema}.enqueue_many(
 -- Returns the ids that were still ours (the others lost their lease and are left alone).
 -- results and notes: JSON texts and "result not stored" notes (fairq.results), one per job, or
 -- NULL arrays when no job of the batch has one (unnest pads them with NULLs).
+-- The jobs are locked in id order, as by every statement that writes several of one worker's
+-- jobs (the heartbeat's extend_leases may be writing the same ones).
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
                          %(notes)s::text[]) AS i(id, attempts, result, note)
+    ORDER BY i.id
 ),
 done AS (
     UPDATE {schema}.jobs j
@@ -58,6 +61,7 @@ WITH input AS (
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
                 %(retry_delays)s::float8[])
         AS i(id, attempts, error, retry_delay)
+    ORDER BY i.id
 ),
 failed AS (
     UPDATE {schema}.jobs j
@@ -84,10 +88,12 @@ SELECT f.id, f.queue, f.tenant, f.task, f.status,
 FROM failed f, slots;
 
 -- name: extend_leases
--- Push the leases of our running jobs forward; returns the ids that are still ours.
+-- Push the leases of our running jobs forward, in id order as the finishes lock them; returns
+-- the ids that are still ours.
 UPDATE {schema}.jobs j
 SET locked_until = now() + make_interval(secs => coalesce(%(seconds)s, j.lease_seconds))
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS i(id, attempts)
+FROM (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempts)
+      ORDER BY u.id) i
 WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
 RETURNING j.id, j.locked_until;
 
@@ -97,6 +103,7 @@ RETURNING j.id, j.locked_until;
 -- Fenced like every finish, so a job already reaped and re-claimed elsewhere is left alone.
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS i(id, attempts)
+    ORDER BY i.id
 ),
 released AS (
     UPDATE {schema}.jobs j
