@@ -11,6 +11,11 @@ from typing import Protocol
 
 from fairq.models import ClaimedJob, FinishedJob
 
+# The kinds of database error a worker names (``fairq.store.errors.error_kind``): the label of
+# `fairq_db_errors_total` and the first words of the line it logs (docs/reliability.md).
+DB_ERROR_KINDS = ("deadlock", "serialization_failure", "admin_shutdown", "connection_lost",
+                  "statement_timeout", "lock_timeout", "pool_timeout", "other")
+
 
 class WorkerObserver(Protocol):
     def on_enqueue(self, queue: str, tenant: str, count: int) -> None: ...
@@ -27,6 +32,9 @@ class WorkerObserver(Protocol):
 
     def on_loop(self, healthy: bool) -> None:
         """Called every worker loop turn; ``healthy`` is False while the database is unreachable."""
+
+    def on_db_error(self, kind: str) -> None:
+        """A database error a worker thread met; kind: one of DB_ERROR_KINDS."""
 
 
 class NullObserver:
@@ -48,5 +56,8 @@ class NullObserver:
     def on_loop(self, healthy: bool) -> None:
         pass
 
+    def on_db_error(self, kind: str) -> None:
+        pass
 
-__all__ = ["FinishedJob", "NullObserver", "WorkerObserver"]
+
+__all__ = ["DB_ERROR_KINDS", "FinishedJob", "NullObserver", "WorkerObserver"]

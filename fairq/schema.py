@@ -61,7 +61,9 @@ FUNCTION_FILES = (
     "0003_search_path_keys_bounds/weights.sql",      # effective_weight, group factors
     "0003_search_path_keys_bounds/settle.sql",       # claim_settle
     "0003_search_path_keys_bounds/claim.sql",        # claim_fair, wait_and_pick, claim_terms
-    "0003_search_path_keys_bounds/enqueue.sql",      # enqueue, enqueue_many and their grants
+    "0003_search_path_keys_bounds/enqueue.sql",      # enqueue and the grants (enqueue_many below)
+    "0004_lock_order/slots.sql",                     # return_slots
+    "0004_lock_order/enqueue.sql",                   # enqueue_many
 )
 
 

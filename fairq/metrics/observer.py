@@ -42,6 +42,7 @@ from fairq.metrics.fresh_series import FreshSeries
 from fairq.metrics.hist import Hist
 from fairq.metrics.server import MetricsServer, serve
 from fairq.models import ClaimedJob
+from fairq.observe import DB_ERROR_KINDS
 
 WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -86,6 +87,8 @@ class PrometheusObserver:
         self._claim: dict[tuple[str, str, str], Hist] = {}
         self._leases: dict[str, float] = {}
         self._reaped: dict[tuple[str, str], float] = {}  # (queue, outcome)
+        # Every kind at 0 from the start: a rate of deadlocks is 0, not absent.
+        self._db_errors: dict[str, float] = dict.fromkeys(DB_ERROR_KINDS, 0.0)
         self._last_loop: float | None = None
         self._created = clock()
         self._fresh = FreshSeries()  # a tenant's first series are shown at 0 first
@@ -151,6 +154,10 @@ class PrometheusObserver:
     def on_loop(self, healthy: bool) -> None:
         self._last_loop = self._clock()
         self._loop_ok = healthy
+
+    def on_db_error(self, kind: str) -> None:
+        with self._lock:
+            self._db_errors[kind] = self._db_errors.get(kind, 0.0) + 1
 
     # -- health ------------------------------------------------------------------------------
     def loop_alive(self) -> bool:
@@ -253,6 +260,11 @@ class PrometheusObserver:
                 labels=["queue", "outcome"])
             for (q, o), v in self._reaped.items():
                 reaped.add_metric([q, o], v)
+            db_errors = CounterMetricFamily(
+                "fairq_db_errors", "Database errors this worker met, by kind (docs/reliability.md: "
+                "what each costs and what the worker does next).", labels=["kind"])
+            for kind, v in self._db_errors.items():
+                db_errors.add_metric([kind], v)
             folded = GaugeMetricFamily(
                 "fairq_metrics_tenants_folded",
                 "Tenants whose worker series are folded into tenant=\"__other__\" "
@@ -262,7 +274,7 @@ class PrometheusObserver:
                                "1 when the worker loop ticked recently and reported its database "
                                "connection healthy.", value=1.0 if self.loop_healthy() else 0.0)
         yield from self._fresh.zero_new((enq, claimed, finished, wait, run, claim, leases,
-                                         reaped, folded, up))
+                                         reaped, db_errors, folded, up))
 
     def serve(self, port: int, host: str = "0.0.0.0",
               health: Callable[[], bool] | None = None) -> MetricsServer:

@@ -6,7 +6,6 @@ written again (fenced), since a crash of the database may have undone them."""
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
 import time
 from collections import deque
@@ -14,6 +13,7 @@ from collections.abc import Callable
 
 from fairq.observe import WorkerObserver
 from fairq.runtime.background import Background
+from fairq.runtime.db_errors import observe, react
 from fairq.runtime.state import Completion, Shared, log
 from fairq.store import Store
 from fairq.store.errors import DatabaseError, LockNotAvailable, OperationalError, PoolTimeout
@@ -69,11 +69,17 @@ class Finisher:
                 self.lost_connection(e)
                 failures += 1
                 self.shared.count_db_error()  # the control thread counts its errors there too
-                delay = min(self.max_backoff, 0.1 * 2 ** min(failures, 12)) * random.uniform(0.5, 1)
-                log.warning("finishing jobs failed (%s: %s); retrying in %.2fs",
-                            type(e).__name__, str(e).strip()[:200], delay)
+                r = react(e, failures, self.max_backoff, "writing the finishes again")
+                observe(self.observer, r.kind)
+                if r.unexpected:
+                    log.exception("finishing jobs: %s", r.line)
+                else:
+                    log.warning("finishing jobs: %s", r.line)
+                if r.drop_connections:
+                    with contextlib.suppress(Exception):  # the server may still be away
+                        store.drop_dead_connections()
                 wake.set()
-                self._exit.wait(delay)
+                self._exit.wait(r.delay)
             except Exception:  # a bug (ours or an observer's) must not stop finishing
                 log.exception("finisher error; retrying in 1s")
                 wake.set()

@@ -11,8 +11,8 @@ never lost. ``drain.py`` ends a run.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import random
 import secrets
 import socket
 import threading
@@ -23,6 +23,7 @@ from typing import ClassVar
 from fairq.errors import InvalidInput
 from fairq.models import ClaimedJob
 from fairq.observe import NullObserver, WorkerObserver
+from fairq.runtime.db_errors import observe, react
 from fairq.runtime.drain import MIN_WAKE_SECONDS, Drain
 from fairq.runtime.failure_log import FailureLog
 from fairq.runtime.finisher import Finisher
@@ -47,14 +48,7 @@ from fairq.runtime.slots import Slots, TaskHandler
 from fairq.runtime.startup_checks import log_default_cap
 from fairq.runtime.state import Shared, WorkerStats, log
 from fairq.store import Store
-from fairq.store.errors import (
-    DatabaseError,
-    InsufficientPrivilege,
-    LockNotAvailable,
-    OperationalError,
-    PoolTimeout,
-    QueryCanceled,
-)
+from fairq.store.errors import DatabaseError, InsufficientPrivilege, PoolTimeout
 from fairq.store.listen import channel_for
 
 GATHER_SECONDS = 0.002  # see Worker._gather
@@ -291,27 +285,10 @@ class Worker:
                     "--apply`)") from None
             except (DatabaseError, PoolTimeout) as e:
                 failures += 1
-                sh.count_db_error()  # the finisher thread counts its errors there too
                 self.observer.on_loop(False)
-                delay = min(self.settings.max_backoff, 0.1 * 2 ** min(failures, 12))
-                delay *= random.uniform(0.5, 1.0)
-                if isinstance(e, LockNotAvailable):
-                    log.warning("lock timeout: a statement waited longer than lock_timeout for "
-                                "a lock another session holds (%s); retrying in %.2fs",
-                                str(e).strip()[:200], delay)
-                elif isinstance(e, QueryCanceled):
-                    log.warning("statement timeout: a statement ran longer than "
-                                "statement_timeout (%s); retrying in %.2fs",
-                                str(e).strip()[:200], delay)
-                elif isinstance(e, OperationalError | PoolTimeout):
-                    log.warning("database unavailable (%s: %s); retrying in %.2fs",
-                                type(e).__name__, str(e).strip()[:200], delay)
-                    self.finisher.lost_connection(e)
-                else:
-                    log.exception("database error; retrying in %.2fs", delay)
+                self._db_error(store, e, failures, "claiming again")
                 with sh.lock:
                     sh.poll_now = True
-                sh.stopping.wait(delay)
                 continue
             except Exception:  # a bug (ours or an observer's) must not kill the worker either
                 failures += 1
@@ -384,6 +361,23 @@ class Worker:
                 if len(jobs) < want:
                     break
         return total
+
+    def _db_error(self, store: Store, error: DatabaseError | PoolTimeout, failures: int,
+                  next_step: str) -> None:
+        """Name ``error`` in the log and the metrics, say what comes next, drop the pool's dead
+        connections if the server ended them, and wait before the next try."""
+        self.shared.count_db_error()  # the finisher thread counts its errors there too
+        r = react(error, failures, self.settings.max_backoff, next_step)
+        observe(self.observer, r.kind)
+        if r.unexpected:
+            log.exception(r.line)
+        else:
+            log.warning(r.line)
+        if r.drop_connections:
+            self.finisher.lost_connection(error)
+            with contextlib.suppress(Exception):  # the pool itself is fine; the server may not be
+                store.drop_dead_connections()
+        self.shared.stopping.wait(r.delay)
 
     def _claim_one(self, store: Store, q: str, want: int) -> list[ClaimedJob]:
         t0 = time.perf_counter()

@@ -6,9 +6,9 @@
 -- Insert a chunk of jobs in one round trip through the SQL enqueue (enqueue_many,
 -- its file is in fairq.schema.FUNCTION_FILES), the one implementation every client shares: it
 -- checks the jobs, creates or wakes their tenants' schedule rows and notifies listeners at
--- commit; returns the ids in input order. Tenants and payloads come one element per job; every other array has one element per
--- job or a single element that every job of the chunk shares (a bulk enqueue), so it is
--- neither sent nor unnested 5,000 times. The arrays go in binary.
+-- commit; returns the ids in input order. Tenants and payloads come one element per job;
+-- every other array has one element per job or a single element that every job of the chunk
+-- shares (a bulk enqueue), so it is neither sent nor unnested 5,000 times. The arrays go in binary.
 SELECT {schema}.enqueue_many(
     tasks => %(tasks)b::text[], tenants => %(tenants)b::text[],
     payloads => %(payloads)b::text[]::jsonb[], queues => %(queues)b::text[],
@@ -23,9 +23,12 @@ SELECT {schema}.enqueue_many(
 -- Returns the ids that were still ours (the others lost their lease and are left alone).
 -- results and notes: JSON texts and "result not stored" notes (fairq.results), one per job, or
 -- NULL arrays when no job of the batch has one (unnest pads them with NULLs).
+-- The jobs are locked in id order, as by every statement that writes several of one worker's
+-- jobs (the heartbeat's extend_leases may be writing the same ones).
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
                          %(notes)s::text[]) AS i(id, attempts, result, note)
+    ORDER BY i.id
 ),
 done AS (
     UPDATE {schema}.jobs j
@@ -35,26 +38,18 @@ done AS (
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
     RETURNING j.id, j.queue, j.tenant, j.task, j.started_at, j.finished_at
 ),
-per_tenant AS (SELECT d.queue, d.tenant, count(*) AS n FROM done d GROUP BY 1, 2),
--- The batch's tenants locked in (queue, tenant) order (as every statement locks them: no
--- deadlock), each by its key: the order comes from sorting these few rows, never from reading
--- tenant_schedule's primary key in order (sorts are off in fairq's sessions, and a join would
--- then read every tenant of the table to avoid sorting a handful). Same in the statements below.
-locked AS MATERIALIZED (
-    SELECT x.queue, x.tenant, p.n
-    FROM (SELECT * FROM per_tenant ORDER BY queue, tenant) p
-    CROSS JOIN LATERAL (SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
-                        WHERE ts.queue = p.queue AND ts.tenant = p.tenant
-                        FOR NO KEY UPDATE OF ts) x
-),
-upd AS (
-    UPDATE {schema}.tenant_schedule ts SET running = ts.running - l.n
-    FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
-    RETURNING ts.tenant
+-- The batch's tenants' slots given back by return_slots (alembic/versions/0004_lock_order/
+-- slots.sql): each tenant row written by a statement of its own, in (queue, tenant) order as
+-- every statement locks them, so no finish waits in a cycle with a claim, an enqueue or
+-- another finish. Same in the statements below.
+slots AS (
+    SELECT {schema}.return_slots(array_agg(p.queue), array_agg(p.tenant), array_agg(p.n),
+                                 NULL, NULL) AS written
+    FROM (SELECT d.queue, d.tenant, count(*)::int AS n FROM done d GROUP BY 1, 2) p
 )
 SELECT d.id, d.queue, d.tenant, d.task,
        extract(epoch FROM d.finished_at - d.started_at)::float8 AS run_seconds
-FROM done d;
+FROM done d, slots;
 
 -- name: finish_failed
 -- Record failures: back to queued with exponential backoff (20 s, 40 s, 80 s ... capped at
@@ -67,6 +62,7 @@ WITH input AS (
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
                 %(retry_delays)s::float8[])
         AS i(id, attempts, error, retry_delay)
+    ORDER BY i.id
 ),
 failed AS (
     UPDATE {schema}.jobs j
@@ -80,35 +76,25 @@ failed AS (
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
     RETURNING j.id, j.queue, j.tenant, j.task, j.status, j.run_at, j.started_at
 ),
-per_tenant AS (
-    SELECT f.queue, f.tenant, count(*) AS n,
-           min(f.run_at) FILTER (WHERE f.status = 'queued') AS retry_at
-    FROM failed f GROUP BY 1, 2
-),
-locked AS MATERIALIZED (
-    SELECT x.queue, x.tenant, p.n, p.retry_at
-    FROM (SELECT * FROM per_tenant ORDER BY queue, tenant) p
-    CROSS JOIN LATERAL (SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
-                        WHERE ts.queue = p.queue AND ts.tenant = p.tenant
-                        FOR NO KEY UPDATE OF ts) x
-),
-upd AS (
-    UPDATE {schema}.tenant_schedule ts
-    SET running = ts.running - l.n,
-        wake_at = CASE WHEN NOT ts.active AND l.retry_at IS NOT NULL
-                       THEN least(ts.wake_at, l.retry_at) ELSE ts.wake_at END
-    FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
-    RETURNING ts.tenant
+-- An idle tenant wakes for its earliest retry.
+slots AS (
+    SELECT {schema}.return_slots(array_agg(p.queue), array_agg(p.tenant), array_agg(p.n),
+                                 NULL, array_agg(p.retry_at)) AS written
+    FROM (SELECT f.queue, f.tenant, count(*)::int AS n,
+                 min(f.run_at) FILTER (WHERE f.status = 'queued') AS retry_at
+          FROM failed f GROUP BY 1, 2) p
 )
 SELECT f.id, f.queue, f.tenant, f.task, f.status,
        extract(epoch FROM now() - f.started_at)::float8 AS run_seconds
-FROM failed f;
+FROM failed f, slots;
 
 -- name: extend_leases
--- Push the leases of our running jobs forward; returns the ids that are still ours.
+-- Push the leases of our running jobs forward, in id order as the finishes lock them; returns
+-- the ids that are still ours.
 UPDATE {schema}.jobs j
 SET locked_until = now() + make_interval(secs => coalesce(%(seconds)s, j.lease_seconds))
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS i(id, attempts)
+FROM (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempts)
+      ORDER BY u.id) i
 WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
 RETURNING j.id, j.locked_until;
 
@@ -118,6 +104,7 @@ RETURNING j.id, j.locked_until;
 -- Fenced like every finish, so a job already reaped and re-claimed elsewhere is left alone.
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS i(id, attempts)
+    ORDER BY i.id
 ),
 released AS (
     UPDATE {schema}.jobs j
@@ -127,22 +114,13 @@ released AS (
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
     RETURNING j.id, j.queue, j.tenant
 ),
-per_tenant AS (SELECT r.queue, r.tenant, count(*) AS n FROM released r GROUP BY 1, 2),
-locked AS MATERIALIZED (
-    SELECT x.queue, x.tenant, p.n
-    FROM (SELECT * FROM per_tenant ORDER BY queue, tenant) p
-    CROSS JOIN LATERAL (SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
-                        WHERE ts.queue = p.queue AND ts.tenant = p.tenant
-                        FOR NO KEY UPDATE OF ts) x
-),
-upd AS (
-    UPDATE {schema}.tenant_schedule ts
-    SET running = ts.running - l.n, active = true, wake_at = NULL,
-        vtime = CASE WHEN ts.active THEN ts.vtime ELSE {schema}.queue_vtime(ts.queue) END
-    FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
-    RETURNING ts.tenant
+-- Every released job is due again: its tenant is runnable.
+slots AS (
+    SELECT {schema}.return_slots(array_agg(p.queue), array_agg(p.tenant), array_agg(p.n),
+                                 array_agg(true), NULL) AS written
+    FROM (SELECT r.queue, r.tenant, count(*)::int AS n FROM released r GROUP BY 1, 2) p
 )
-SELECT r.id FROM released r;
+SELECT r.id FROM released r, slots;
 
 -- name: reap_expired
 -- Return running jobs whose lease expired to the queue, or fail them at max_attempts, and
@@ -165,28 +143,14 @@ reaped AS (
     FROM expired e WHERE j.id = e.id
     RETURNING j.id, j.queue, j.tenant, j.status
 ),
-per_tenant AS (
-    SELECT r.queue, r.tenant, count(*) AS n, bool_or(r.status = 'queued') AS requeued
-    FROM reaped r GROUP BY 1, 2
-),
-locked AS MATERIALIZED (
-    SELECT x.queue, x.tenant, p.n, p.requeued
-    FROM (SELECT * FROM per_tenant ORDER BY queue, tenant) p
-    CROSS JOIN LATERAL (SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
-                        WHERE ts.queue = p.queue AND ts.tenant = p.tenant
-                        FOR NO KEY UPDATE OF ts) x
-),
-upd AS (
-    UPDATE {schema}.tenant_schedule ts
-    SET running = ts.running - l.n,
-        active = ts.active OR l.requeued,
-        vtime = CASE WHEN NOT ts.active AND l.requeued THEN {schema}.queue_vtime(ts.queue)
-                     ELSE ts.vtime END,
-        wake_at = CASE WHEN l.requeued THEN NULL ELSE ts.wake_at END
-    FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
-    RETURNING ts.tenant
+-- A tenant with a job queued again is runnable again.
+slots AS (
+    SELECT {schema}.return_slots(array_agg(p.queue), array_agg(p.tenant), array_agg(p.n),
+                                 array_agg(p.requeued), NULL) AS written
+    FROM (SELECT r.queue, r.tenant, count(*)::int AS n, bool_or(r.status = 'queued') AS requeued
+          FROM reaped r GROUP BY 1, 2) p
 )
-SELECT r.id, r.queue, r.tenant, r.status FROM reaped r;
+SELECT r.id, r.queue, r.tenant, r.status FROM reaped r, slots;
 
 -- name: cancel
 -- queued -> cancelled; a running job is left to finish.

@@ -84,6 +84,13 @@ class StoreSessions:
     def close(self) -> None:
         self.pool.close()
 
+    def drop_dead_connections(self) -> None:
+        """Check every idle connection of the pool now (one empty statement each), dropping
+        the dead ones and opening new ones in the background. Called after a lost connection:
+        a killed session or a restarted server leaves every idle connection dead, and handing
+        them out one failure at a time would cost a retry each."""
+        self.pool.check()
+
     def describe(self) -> str:
         return f"{redact(self.dsn)} schema={self.schema}"
 

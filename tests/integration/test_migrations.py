@@ -83,8 +83,8 @@ def functions(dsn: str, schema: str) -> set[str]:
 # ones those call (fairq.schema.FUNCTION_FILES).
 FUNCTIONS = {"claim_fair", "claim_room", "claim_settle", "claim_terms", "eff_weight",
              "effective_weight", "enqueue", "enqueue_many", "groups_due", "queue_vtime",
-             "refresh_groups", "tenant_dry", "tenant_tokens", "throttled_open", "throttled_total",
-             "token_at", "token_due", "wait_and_pick"}
+             "refresh_groups", "return_slots", "tenant_dry", "tenant_tokens", "throttled_open",
+             "throttled_total", "token_at", "token_due", "wait_and_pick"}
 
 
 def test_baseline_up_down_up(empty_dsn: str) -> None:
@@ -105,10 +105,13 @@ def test_baseline_up_down_up(empty_dsn: str) -> None:
 
 def test_the_worker_registry_migration_goes_down_and_up_alone(empty_dsn: str) -> None:
     """0002 adds the workers table and nothing else; its downgrade drops just that."""
-    migrate.upgrade(empty_dsn, "fairq")
+    migrate.upgrade(empty_dsn, "fairq", "0002")
+    at_0002 = (tables(empty_dsn, "fairq"), functions(empty_dsn, "fairq"))
     migrate.downgrade(empty_dsn, "fairq", "0001")
-    assert tables(empty_dsn, "fairq") == TABLES - {"workers"}
-    assert functions(empty_dsn, "fairq") == FUNCTIONS
+    assert tables(empty_dsn, "fairq") == at_0002[0] - {"workers"}
+    assert functions(empty_dsn, "fairq") == at_0002[1]
+    migrate.upgrade(empty_dsn, "fairq", "0002")
+    assert (tables(empty_dsn, "fairq"), functions(empty_dsn, "fairq")) == at_0002
     migrate.upgrade(empty_dsn, "fairq")
     assert tables(empty_dsn, "fairq") == TABLES
     assert drift(empty_dsn, "fairq") == []

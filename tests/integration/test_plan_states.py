@@ -212,7 +212,7 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 # itself: a statement auto_explain reports from inside one is labelled "function: its first
 # words".
 ENGINE_FUNCTIONS = ("queue_vtime", "wait_and_pick", "claim_settle", "eff_weight", "claim_terms",
-                    "groups_due", "claim_fair")
+                    "groups_due", "claim_fair", "return_slots")
 FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  f"(SELECT count(*) FROM {SCHEMA}.wait_and_pick(%(queue)s, 3, true, true)) AS picked, "
                  # claim_settle's read back from a walk's stop, which no claim passes today
@@ -454,9 +454,12 @@ CASES = (
          reads=(("claim_fifo", "jobs_fifo_ready_idx"), ("claim_fifo", "tenant_schedule_pkey"))),
     # Finishes of the jobs a fair claim took just before (the sleepers' among them, whose tenants
     # claim_settle retired: release_unstarted wakes them at queue_vtime).
+    # Their tenants' rows are written by return_slots, one statement per tenant.
     *(Case(s, s, finish_after_claim=True,
-           reads=((s, "jobs_pkey"),) + (((s, "tenant_schedule_pkey"),) if s != "extend_leases" else ()),
-           functions=("queue_vtime",) if s == "release_unstarted" else ())
+           reads=((s, "jobs_pkey"),) + ((("return_slots", "tenant_schedule_pkey"),)
+                                        if s != "extend_leases" else ()),
+           functions=(("return_slots", "queue_vtime") if s == "release_unstarted"
+                      else ("return_slots",) if s != "extend_leases" else ()))
       for s in FINISHES),
     # queue_vtime on a queue whose every tenant is capped (its second query) and wait_and_pick
     # directly on a queue with jobs to pick (the held claim's finds none; here it takes the row

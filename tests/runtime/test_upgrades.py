@@ -65,8 +65,8 @@ def test_sql_is_the_upgrade_from_the_current_revision_and_applies(
         capsys: pytest.CaptureFixture[str], empty_dsn: str) -> None:
     code, out, _ = run(capsys, "--dsn", empty_dsn, "migrate", "--sql")
     assert code == 0
-    assert "Running upgrade  -> 0001" in out and "CREATE TABLE fairq.jobs" in out
-    assert f"Running upgrade  -> {HEAD}" in out or f" -> {HEAD}\n" in out  # the chain's end
+    # from nothing, through every migration, to the head
+    assert "Running upgrade  -> " in out and f" -> {HEAD}\n" in out and "CREATE TABLE fairq.jobs" in out
     assert "CREATE FUNCTION \"fairq\".claim_fair(" in out
     assert version(empty_dsn) is None  # printed, not run
     with psycopg.connect(empty_dsn, autocommit=True) as conn:  # what a DBA would run with psql
