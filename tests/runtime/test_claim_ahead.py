@@ -4,6 +4,7 @@ back those no slot started, leaving none stranded in ``running``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -104,3 +105,36 @@ def test_sigterm_hands_back_the_jobs_claimed_ahead(app: fairq.App, dsn: str) -> 
                               "GROUP BY status", (ids,)).fetchall())
     assert "running" not in rows, rows  # none stranded under a lease
     assert rows.get("done", 0) + rows.get("queued", 0) == 3000, rows
+
+
+def test_async_handlers_run_no_more_at_once_than_the_slots(app: fairq.App) -> None:
+    now, most = [0], [0]
+
+    @app.task(name="quick_async", lease=30)
+    async def quick_async(job: fairq.Job) -> None:
+        now[0] += 1  # on the one event-loop thread: no lock needed
+        most[0] = max(most[0], now[0])
+        await asyncio.sleep(0.003)
+        now[0] -= 1
+
+    app.enqueue_many("quick_async", [(f"t{i % 3}", {}) for i in range(600)])
+    worker = app.worker(concurrency=2, poll_interval=0.2)
+    held: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            with worker.shared.lock:
+                held.append(len(worker.shared.inflight))
+            time.sleep(0.001)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        worker.run(until_empty=True)
+    finally:
+        stop.set()
+        watcher.join()
+    assert worker.stats.done == 600
+    assert max(held) > 2, max(held)  # it claimed ahead of its two slots ...
+    assert most[0] == 2, most[0]  # ... and ran two at a time, never more
