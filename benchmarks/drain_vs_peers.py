@@ -1,27 +1,33 @@
-"""No-op drain and bulk enqueue: fairq worker processes against PgQueuer, in one run.
+"""No-op drain and bulk enqueue: fairq worker processes against PgQueuer and awa-pg, in one run.
 
-    .venv/bin/python -m benchmarks.drain_vs_peers [--jobs 20000] [--repeats 2] [--policies fifo,weighted]
+    .venv/bin/python -m benchmarks.drain_vs_peers [--jobs 20000] [--repeats 2]
+        [--policies fifo,weighted] [--configs defaults,slots32,batch32,tuned] [--before]
 
 fairq runs once per policy in ``--policies`` (default ``fifo``, the baseline, and ``weighted``,
 fairq's default policy), every policy on the same configurations; tenant defaults are weight 1
 and no cap (``max_running`` 100,000), so a policy only changes the order jobs are claimed in.
-PgQueuer comes with the bench extra: ``.venv/bin/pip install -e '.[bench]'`` (or just
-``pgqueuer==1.6.0 asyncpg==0.32.0``, the pins in pyproject.toml).
+``--before`` adds each policy without claiming ahead and with the old default batch of 10
+(``fairq/<policy>/ahead0``). PgQueuer comes with the bench extra: ``.venv/bin/pip install -e
+'.[bench]'`` (or just ``pgqueuer==1.6.0 asyncpg==0.32.0``, the pins in pyproject.toml); awa-pg
+with ``.venv/bin/pip install awa-pg`` (a binary wheel; without it awa-pg is left out, saying so).
 
 Each round makes a fresh database, enqueues ``--jobs`` no-op jobs over 10 tenants with each
 queue's batch API (jobs/s of that enqueue is the enqueue figure), then drains them:
 
-* ``defaults``: fairq 1 worker process with its defaults (8 slots, batch up to the free slots,
-  at most 10); PgQueuer 1 process with its default batch (10).
-* ``batch32``: 2 processes each, batch 32: fairq 32 slots, PgQueuer batch 32.
-* ``tuned``: 2 processes each, batch 500 (the brief's tuned PgQueuer). fairq never claims more
-  jobs than it has free slots, so its batch of 500 takes 500 slots.
+* ``defaults``: fairq 1 worker process with its defaults (8 slots; a claim takes up to twice the
+  slots, into the free slots and as many jobs ahead of them); PgQueuer 1 process with its
+  default batch (10); awa-pg 1 process with 8 workers.
+* ``slots32``: 1 process each: fairq 32 slots (default batch), PgQueuer batch 32, awa-pg 32
+  workers.
+* ``batch32``: 2 processes each, batch 32: fairq 32 slots, PgQueuer batch 32 (no awa-pg).
+* ``tuned``: 2 processes each, batch 500 (the brief's tuned PgQueuer; no awa-pg). fairq claims
+  into its free slots and as many ahead, so its batch of 500 takes 500 slots.
 
-Drain time is read from each queue's own database timestamps, from the first claim to the
-last completion (fairq: min(started_at) .. max(finished_at); PgQueuer: its harness's release ..
-last ``successful`` log row), so process start-up is left out of both. fairq and PgQueuer
-alternate within a repeat (the queues, fairq's policies among them, rotate one place each
-repeat); the table reports medians and each fairq policy's ratio to PgQueuer.
+Drain time is read from each queue's own timestamps, from the first claim to the last
+completion (fairq: min(started_at) .. max(finished_at); PgQueuer: its harness's release .. last
+``successful`` log row; awa-pg: its first handler call .. its last, in the process), so process
+start-up is left out. The queues alternate within a repeat (they rotate one place each repeat);
+the table reports medians and each fairq queue's ratio to each peer.
 """
 
 from __future__ import annotations
@@ -40,19 +46,24 @@ import psycopg
 
 import fairq
 from fairq import migrate
-from fairq.bench.peers import pgqueuer_bench
+from fairq.bench.peers import awa_bench, pgqueuer_bench
 from fairq.policies import POLICIES
 from tests.support.db import create_database, drop_database, dsn_for_db
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = {
-    "defaults": {"processes": 1, "fairq": {"concurrency": 8, "batch": None}, "pgq_batch": 10},
+CONFIGS: dict[str, dict[str, Any]] = {
+    "defaults": {"processes": 1, "fairq": {"concurrency": 8, "batch": None}, "pgq_batch": 10,
+                 "awa_workers": 8},
+    "slots32": {"processes": 1, "fairq": {"concurrency": 32, "batch": None}, "pgq_batch": 32,
+                "awa_workers": 32},
     "batch32": {"processes": 2, "fairq": {"concurrency": 32, "batch": 32}, "pgq_batch": 32},
     "tuned": {"processes": 2, "fairq": {"concurrency": 500, "batch": 500}, "pgq_batch": 500},
 }
+BEFORE = ["--claim-ahead", "0", "--batch", "10"]  # the worker without claiming ahead
 
 
-def fairq_round(admin: str, jobs: int, cfg: dict[str, Any], policy: str = "fifo") -> dict[str, float]:
+def fairq_round(admin: str, jobs: int, cfg: dict[str, Any], policy: str = "fifo",
+                extra: list[str] | None = None) -> dict[str, float]:
     name = create_database(admin, "fairq_drainbench")
     dsn = dsn_for_db(admin, name)
     procs: list[subprocess.Popen[str]] = []
@@ -68,6 +79,7 @@ def fairq_round(admin: str, jobs: int, cfg: dict[str, Any], policy: str = "fifo"
                 "--policy", policy, "--concurrency", str(cfg["fairq"]["concurrency"])]
         if cfg["fairq"]["batch"]:
             args += ["--batch", str(cfg["fairq"]["batch"])]
+        args += extra or []
         procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
                  for _ in range(cfg["processes"])]
         for p in procs:
@@ -101,6 +113,26 @@ def pgqueuer_round(admin: str, jobs: int, cfg: dict[str, Any]) -> dict[str, floa
         drop_database(admin, name)
 
 
+def awa_round(admin: str, jobs: int, cfg: dict[str, Any]) -> dict[str, float]:
+    name = create_database(admin, "awa_drainbench")
+    try:
+        res = awa_bench.drain(dsn_for_db(admin, name), jobs, workers=cfg["awa_workers"])
+        return {"enqueue_jobs_per_s": float(res["enqueue_jobs_per_s"]),
+                "drain_jobs_per_s": float(res["jobs_per_s"]), "done": float(res["done"])}
+    finally:
+        drop_database(admin, name)
+
+
+def run_queue(who: str, admin: str, jobs: int, cfg: dict[str, Any]) -> dict[str, float]:
+    """One round of ``who``: "pgqueuer", "awa-pg", "fairq/<policy>" or "fairq/<policy>/ahead0"."""
+    if who == "pgqueuer":
+        return pgqueuer_round(admin, jobs, cfg)
+    if who == "awa-pg":
+        return awa_round(admin, jobs, cfg)
+    _, policy, *before = who.split("/")
+    return fairq_round(admin, jobs, cfg, policy=policy, extra=BEFORE if before else None)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dsn", default=os.environ.get("FAIRQ_TEST_DSN",
@@ -109,24 +141,37 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--policies", default="fifo,weighted",
                    help="fairq policies to run, comma-separated (default fifo,weighted)")
+    p.add_argument("--configs", default=",".join(CONFIGS),
+                   help=f"configurations to run, comma-separated (default {','.join(CONFIGS)})")
+    p.add_argument("--before", action="store_true",
+                   help="also run each policy without claiming ahead, batch 10")
     p.add_argument("--json")
     args = p.parse_args()
     policies = [x.strip() for x in args.policies.split(",") if x.strip()]
     unknown = [x for x in policies if x not in POLICIES]
     if unknown or not policies:
         p.error(f"unknown policy {unknown}: choose from {', '.join(sorted(POLICIES))}")
-    queues = [f"fairq/{x}" for x in policies] + ["pgqueuer"]
-    # results[config][queue] = one dict per repeat; queue is "fairq/<policy>" or "pgqueuer"
+    configs = [x.strip() for x in args.configs.split(",") if x.strip()]
+    if not configs or any(x not in CONFIGS for x in configs):
+        p.error(f"unknown configuration in {configs}: choose from {', '.join(CONFIGS)}")
+    fairq_queues = [f"fairq/{x}" for x in policies]
+    if args.before:
+        fairq_queues += [f"fairq/{x}/ahead0" for x in policies]
+    awa = awa_bench.available()
+    if awa is None:
+        print("awa-pg is not installed (`.venv/bin/pip install awa-pg`): left out",
+              file=sys.stderr)
+    # results[config][queue] = one dict per repeat
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
-    for name, cfg in CONFIGS.items():
+    for name in configs:
+        cfg = CONFIGS[name]
+        peers = ["pgqueuer"] + (["awa-pg"] if awa and cfg.get("awa_workers") else [])
+        queues = fairq_queues + peers
         results[name] = {who: [] for who in queues}
         for r in range(args.repeats):
             shift = r % len(queues)
             for who in queues[shift:] + queues[:shift]:
-                if who == "pgqueuer":
-                    res = pgqueuer_round(args.dsn, args.jobs, cfg)
-                else:
-                    res = fairq_round(args.dsn, args.jobs, cfg, policy=who.split("/", 1)[1])
+                res = run_queue(who, args.dsn, args.jobs, cfg)
                 results[name][who].append(res)
                 if res["done"] < args.jobs:
                     print(f"WARNING {name} rep={r} {who}: only {res['done']:.0f} of {args.jobs} "
@@ -140,11 +185,13 @@ def main() -> None:
                      statistics.median(x["enqueue_jobs_per_s"] for x in runs)) for who, runs in per.items()}
         for who, (drain, enq) in med.items():
             print(f"| {name} | {who} | {drain:,.0f} | {enq:,.0f} |")
-        for who in queues[:-1]:
-            print(f"| {name} | {who} / PgQueuer | {med[who][0] / med['pgqueuer'][0]:.2f}x | "
-                  f"{med[who][1] / med['pgqueuer'][1]:.2f}x |")
+        ours = [who for who in med if who.startswith("fairq/")]
+        for peer in (x for x in med if not x.startswith("fairq/")):
+            for who in ours:
+                print(f"| {name} | {who} / {peer} | {med[who][0] / med[peer][0]:.2f}x | "
+                      f"{med[who][1] / med[peer][1]:.2f}x |")
         if "fairq/fifo" in med:
-            for who in queues[:-1]:
+            for who in ours:
                 if who != "fairq/fifo":
                     print(f"| {name} | {who} / fairq/fifo | "
                           f"{med[who][0] / med['fairq/fifo'][0]:.2f}x | |")

@@ -1,7 +1,7 @@
 """Scaling across worker processes on one PostgreSQL: 1, 2 and 4 `fairq worker` processes.
 
     .venv/bin/python -m benchmarks.scaling [--processes 1,2,4] [--slots 8] [--jobs 10000]
-        [--shapes spread,hot] [--policy weighted] [--dsn URL]
+        [--shapes spread,hot] [--policy weighted] [--workers default,before] [--dsn URL]
 
 Each (shape, processes) run gets a fresh database with ``--jobs`` no-op jobs queued (``spread``:
 over 100 tenants; ``hot``: one tenant), no cap in reach, then starts that many
@@ -10,6 +10,8 @@ Measured: jobs per second from the first job's start to the last one's finish (d
 the CPU time of the database's backends per 1,000 jobs (from /proc, so the server must run on
 this machine; sampled every 20 ms, a backend's last 20 ms may be missed); and the share of the
 active sessions' samples (``pg_stat_activity``, every 20 ms) that waited on a lock.
+``--workers default,before`` runs each case twice, in turn: the worker at its defaults, and
+without claiming ahead and with a batch of 10 (``--claim-ahead 0 --batch 10``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ FAIRQ = Path(sys.executable).with_name("fairq")
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run(dsn: str, shape: str, processes: int, args: argparse.Namespace) -> dict[str, float]:
+BEFORE = ["--claim-ahead", "0", "--batch", "10"]
+
+
+def run(dsn: str, shape: str, processes: int, args: argparse.Namespace,
+        worker: str = "default") -> dict[str, float]:
     tenants = 1 if shape == "hot" else 100
     with dm.build_app(dsn) as a:
         a.tenants.apply({"defaults": {"weight": 1.0, "max_running": 100_000}})
@@ -62,7 +68,8 @@ def run(dsn: str, shape: str, processes: int, args: argparse.Namespace) -> dict[
     try:
         procs = [subprocess.Popen(
             [str(FAIRQ), "worker", "benchmarks.drain_matrix:app", "--concurrency",
-             str(args.slots), "--until-empty", "--policy", args.policy],
+             str(args.slots), "--until-empty", "--policy", args.policy,
+             *(BEFORE if worker == "before" else [])],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for _ in range(processes)]
         for p in procs:
@@ -88,19 +95,25 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--shapes", default="spread,hot")
     ap.add_argument("--policy", default="weighted")
+    ap.add_argument("--workers", default="default",
+                    help="default, before (no claiming ahead, batch 10), or both: default,before")
     args = ap.parse_args()
+    workers = args.workers.split(",")
+    if any(w not in ("default", "before") for w in workers):
+        ap.error(f"--workers takes default and/or before, not {args.workers!r}")
     print(f"{args.jobs} no-op jobs, {args.slots} slots a process, {args.policy}; "
           f"{os.cpu_count()} cores")
     for shape in args.shapes.split(","):
-        for n in (int(x) for x in args.processes.split(",")):
+        for n, worker in ((int(x), w) for x in args.processes.split(",") for w in workers):
             name = create_database(args.dsn, "fairq_scale")
             try:
                 dsn = dsn_for_db(args.dsn, name)
                 migrate.upgrade(dsn, dm.SCHEMA)
-                r = run(dsn, shape, n, args)
+                r = run(dsn, shape, n, args, worker)
             finally:
                 drop_database(args.dsn, name)
-            print(f"{shape:7s} {n} process(es): {r['done']:.0f} jobs at {r['rate']:.0f} jobs/s; "
+            print(f"{shape:7s} {n} process(es) {worker:7s}: {r['done']:.0f} jobs at "
+                  f"{r['rate']:.0f} jobs/s; "
                   f"backends {r['cpu_ms_per_1000']:.0f} ms CPU per 1,000 jobs; "
                   f"{100 * r['lock_share']:.1f}% of active samples waiting on a lock", flush=True)
 

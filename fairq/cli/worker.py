@@ -58,7 +58,12 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                                                   maximum=MAX_SECONDS), metavar="S",
                    help="fallback poll when no NOTIFY arrives (seconds)")
     p.add_argument("--batch", type=integer("batch", minimum=1), metavar="N",
-                   help="claim at most N jobs a round trip (default 10; never more than free slots)")
+                   help="claim at most N jobs a round trip (default twice the slots, 10 to 256; "
+                   "never more than the free slots and those claimed ahead)")
+    p.add_argument("--claim-ahead", type=integer("claim-ahead", minimum=0, maximum=1024),
+                   metavar="N", help="while jobs are short (under 50 ms), hold up to N jobs "
+                   "claimed beyond the slots (default: as many as the slots, at most one batch; "
+                   "0: never)")
     p.add_argument("--grace-period", type=number("grace-period", minimum=0), metavar="S",
                    help="on SIGTERM, let running jobs finish for S seconds before handing them "
                    "back (default 30; keep the supervisor's kill timeout above it)")
@@ -125,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.batch is not None:
         options["batch"] = args.batch
+    if args.claim_ahead is not None:
+        options["claim_ahead"] = args.claim_ahead
     if args.grace_period is not None:
         options["grace_period"] = args.grace_period
     if args.poll_interval is not None:

@@ -1,11 +1,16 @@
 """The worker: claim under a policy into free slots, heartbeat leases, run maintenance.
 
-One control thread (the caller of ``run()``) claims no more jobs than there are free slots and
-runs maintenance; the slots (``slots.py``) run handlers outside any transaction; a finisher
-thread (``finisher.py``) writes completed jobs in batches on its own connection, so a finish
-overlaps the next claim instead of delaying it: with short jobs the loop's round trips are then
-claims only; a heartbeat thread (``heartbeats.py``) keeps the leases. A crash between a
-handler's return and its batched finish only makes the job run again after its lease expires,
+One control thread (the caller of ``run()``) claims into the free slots and runs maintenance.
+While handlers are short it also claims ahead of them (``WorkerSettings.ahead``, at most as
+many as the slots), so that a claim fills a batch (its statement costs the server about as much
+for one job as for dozens) and a slot freed during a claim's round trip finds a job waiting:
+those jobs are claimed in the database (they count against caps and rates, their leases are
+kept), wait locally for at most one job's run, and a graceful stop hands back those not
+started. The slots (``slots.py``) run handlers outside any transaction; a finisher thread
+(``finisher.py``) writes completed jobs in batches on its own connection, so a finish overlaps
+the next claim instead of delaying it: with short jobs the loop's round trips are then claims
+only; a heartbeat thread (``heartbeats.py``) keeps the leases. A crash between a handler's
+return and its batched finish only makes the job run again after its lease expires,
 never lost. ``drain.py`` ends a run.
 """
 
@@ -52,6 +57,9 @@ from fairq.store.errors import DatabaseError, InsufficientPrivilege, PoolTimeout
 from fairq.store.listen import channel_for
 
 GATHER_SECONDS = 0.002  # see Worker._gather
+# Claim ahead only while handlers average under this: there a claim's round trip is a good part
+# of a job's time; behind a longer job, a job claimed ahead would wait longer than the trip saves.
+SHORT_JOB_SECONDS = 0.05
 
 
 class Worker:
@@ -86,6 +94,7 @@ class Worker:
                        else sorted({t.queue for t in tasks.values()}) or ["default"])
         self.policy = settings.claim_policy
         self.batch = settings.max_batch
+        self.ahead = settings.ahead
         self.listen = settings.listen
         self.grace_period = settings.grace_period
         self.observer: WorkerObserver = settings.observer or NullObserver()
@@ -307,7 +316,7 @@ class Worker:
     def _wait(self, schedule: MaintenanceSchedule, next_poll: float) -> None:
         sh = self.shared
         with sh.lock:
-            free = self.concurrency - len(sh.inflight)
+            free = self._capacity() - len(sh.inflight)
             ready = bool((sh.hot and free > 0) or sh.poll_now)
             deadlines = [next_poll]
             if sh.tenant_wake is not None:
@@ -326,10 +335,10 @@ class Worker:
         cost a round trip per job. A slot idles for at most that long."""
         sh = self.shared
         deadline = time.monotonic() + GATHER_SECONDS
-        want = min(self.batch, self.concurrency)
         while True:
             with sh.lock:
-                free = self.concurrency - len(sh.inflight)
+                capacity = self._capacity()
+                free, want = capacity - len(sh.inflight), min(self.batch, capacity)
                 if not sh.inflight or free >= want or sh.poll_now or not sh.hot:
                     return
             left = deadline - time.monotonic()
@@ -338,11 +347,20 @@ class Worker:
             sh.wake.clear()
             sh.wake.wait(left)
 
+    def _capacity(self) -> int:
+        """The slots, plus the jobs it may claim ahead while handlers are short (caller holds
+        the lock)."""
+        run = self.shared.run_seconds
+        if self.ahead and run is not None and run < SHORT_JOB_SECONDS:
+            return self.concurrency + self.ahead
+        return self.concurrency
+
     def _claim_round(self, store: Store, poll: bool) -> int:
-        """Claim into the free slots from hot queues (all of them on a poll); returns how many."""
+        """Claim into the free slots (and ahead of them) from hot queues (all of them on a poll);
+        returns how many."""
         sh = self.shared
         with sh.lock:
-            free = self.concurrency - len(sh.inflight)
+            free = self._capacity() - len(sh.inflight)
             targets = list(self.queues) if poll else [q for q in self.queues if q in sh.hot]
         if free <= 0 or not targets:
             return 0

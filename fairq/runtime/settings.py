@@ -20,7 +20,12 @@ from fairq.runtime.state import log
 from fairq.store import Store
 from fairq.store.errors import InsufficientPrivilege, OperationalError
 
-DEFAULT_MAX_BATCH = 10  # up to 10 a round trip by default
+# A claim's statement costs the server about as much for 1 job as for dozens: by default a
+# round trip may fill every free slot and the jobs claimed ahead (twice the slots), at least 10
+# and at most MAX_DEFAULT_BATCH.
+DEFAULT_MAX_BATCH = 10
+MAX_DEFAULT_BATCH = 256
+MAX_CLAIM_AHEAD = 1024  # jobs a worker may hold claimed beyond its slots (same bound as slots)
 MAX_CONCURRENCY = 1024  # slots are threads: beyond this the process runs out of them
 MAX_SECONDS = 10 * 365 * 86400.0  # any interval, grace or age a worker takes (ten years)
 
@@ -37,8 +42,10 @@ def _seconds(value: object, low: float, *, exclusive: bool = False) -> bool:
 class WorkerSettings:
     """The options of ``App.worker`` (see ``fairq.runtime.Worker``), checked on creation.
 
-    ``policy`` may be a name; it is resolved here, once. ``batch`` None means
-    DEFAULT_MAX_BATCH; ``queues`` None means the queues of the worker's tasks.
+    ``policy`` may be a name; it is resolved here, once. ``batch`` None means twice the slots,
+    from DEFAULT_MAX_BATCH to MAX_DEFAULT_BATCH (``max_batch``); ``queues`` None means the
+    queues of the worker's tasks. ``claim_ahead`` None means as many as the slots, at most one
+    batch (``ahead``); 0 never claims ahead (see ``fairq.runtime.loop``).
     """
 
     concurrency: int = 8
@@ -59,6 +66,7 @@ class WorkerSettings:
     worker_id: str | None = None
     max_backoff: float = 30.0
     durable_finishes: bool = False
+    claim_ahead: int | None = None
 
     def __post_init__(self) -> None:
         concurrency, batch = self.concurrency, self.batch
@@ -68,6 +76,11 @@ class WorkerSettings:
                                f"(one thread each), not {concurrency!r}")
         if batch is not None and (not isinstance(batch, int) or batch < 1):
             raise InvalidInput(f"batch must be an integer >= 1, not {batch!r}")
+        ahead = self.claim_ahead
+        if ahead is not None and (isinstance(ahead, bool) or not isinstance(ahead, int)
+                                  or not 0 <= ahead <= MAX_CLAIM_AHEAD):
+            raise InvalidInput(f"claim_ahead must be an integer from 0 to {MAX_CLAIM_AHEAD} "
+                               f"(jobs held claimed beyond the slots), not {ahead!r}")
         for label in ("poll_interval", "reap_interval", "wake_interval", "stranded_interval",
                       "vacuum_interval", "prune_interval", "max_backoff"):
             value = getattr(self, label)
@@ -99,7 +112,17 @@ class WorkerSettings:
 
     @property
     def max_batch(self) -> int:
-        return self.batch or DEFAULT_MAX_BATCH
+        return self.batch or max(DEFAULT_MAX_BATCH, min(2 * self.concurrency, MAX_DEFAULT_BATCH))
+
+    @property
+    def ahead(self) -> int:
+        """Jobs the worker may hold claimed beyond its slots while its jobs are short: enough
+        that a freed slot finds one waiting during the next claim's round trip, and that a
+        claim fills a batch; no more than the slots, so that a job waits locally for at most
+        one job's run."""
+        if self.claim_ahead is not None:
+            return self.claim_ahead
+        return min(self.max_batch, self.concurrency)
 
 
 class StoreFactory:

@@ -47,6 +47,9 @@ class Slots:
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
+        # At most ``concurrency`` async handlers run at once: the jobs claimed ahead of the
+        # slots wait here, as sync ones wait in ``_pending``.
+        self._async_gate = asyncio.Semaphore(concurrency)
 
     def start(self) -> None:
         for i in range(self.concurrency):
@@ -111,13 +114,14 @@ class Slots:
 
     async def execute_async(self, job: Job) -> None:
         task = self.tasks[job.task]
-        t0 = time.monotonic()
-        error: str | None = None
-        value = None
-        try:
-            value = await task.fn(job)
-        except BaseException as e:
-            error = describe_error(e)
+        async with self._async_gate:
+            t0 = time.monotonic()
+            error: str | None = None
+            value = None
+            try:
+                value = await task.fn(job)
+            except BaseException as e:
+                error = describe_error(e)
         self.complete(job, error, time.monotonic() - t0, result=encode_result(value))
 
     def complete(self, job: Job, error: str | None, seconds: float,
@@ -131,6 +135,7 @@ class Slots:
             if running is None:
                 return  # abandoned after the grace period: already handed back
             sh.unwritten[(job.id, job.attempt)] = running
+            sh.note_run(seconds)
             sh.completions.append(Completion(job, error, seconds, retry_delay, *result,
                                              final=final))
         if error is not None:

@@ -18,6 +18,7 @@ from fairq.job import Job
 log = logging.getLogger("fairq.worker")
 
 MAX_ERROR_CHARS = 4000
+RUN_AVERAGE_WEIGHT = 0.1  # each run's share of the moving average: about the last 10 runs
 
 
 def describe_error(exc: BaseException) -> str:
@@ -103,6 +104,14 @@ class Shared:
         # When the first idle tenant of a queue whose claim came back short is due to wake (a
         # delayed job, a rate-limited tenant's next token): a poll then, not at poll_interval.
         self.tenant_wake: float | None = None
+        # A moving average of handlers' run times (None until one returns): the loop claims
+        # ahead of its slots only while jobs are short (fairq.runtime.loop).
+        self.run_seconds: float | None = None
+
+    def note_run(self, seconds: float) -> None:
+        """Fold one handler's run time into ``run_seconds`` (caller holds the lock)."""
+        prev = self.run_seconds
+        self.run_seconds = seconds if prev is None else prev + RUN_AVERAGE_WEIGHT * (seconds - prev)
 
     def count(self, outcome: str) -> None:
         """Count a written finish (the finisher counts, and the control thread while it drains)."""

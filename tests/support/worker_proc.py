@@ -48,6 +48,7 @@ def main() -> int:
     p.add_argument("--grace", type=float, default=30.0)
     p.add_argument("--poll", type=float, default=5.0)
     p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--claim-ahead", type=int, default=None)
     a = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     # The signal lines ("signal 15: stopping ...") are what the signal tests wait for.
@@ -56,7 +57,8 @@ def main() -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     app = build_app(a.dsn)
     worker = app.worker(concurrency=a.concurrency, policy=a.policy, grace_period=a.grace,
-                        poll_interval=a.poll, batch=a.batch, reap_interval=0.5)
+                        poll_interval=a.poll, batch=a.batch, reap_interval=0.5,
+                        claim_ahead=a.claim_ahead)
 
     import threading
 

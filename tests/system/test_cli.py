@@ -218,6 +218,7 @@ def test_prune_deletes_only_old_finished_jobs(
         ["worker", "somewhere:app", "--policy", "lottery"],
         ["worker", "somewhere:app", "--concurrency", "0"],
         ["worker", "somewhere:app", "--batch", "0"],
+        ["worker", "somewhere:app", "--claim-ahead", "-1"],
         ["tenants", "apply", "/nonexistent/tenants.toml"],
         ["job", "abc"],
         ["job", "0"],
