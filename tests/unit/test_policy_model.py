@@ -54,15 +54,18 @@ def drain(model: QueueModel, policy: str, claims: int, batch: int = 1, now: floa
 # -- the policy registry and the fairness measures --------------------------------------------
 
 def test_get_policy_rejects_unknown_names_with_the_valid_ones() -> None:
-    with pytest.raises(InvalidInput, match="drr, fifo, round_robin, weighted"):
+    with pytest.raises(InvalidInput, match="drr, fifo, round_robin, time, weighted"):
         get_policy("lottery")
     assert get_policy("weighted").name == "weighted"
 
 
 def test_the_model_reads_each_policys_parameters() -> None:
-    assert dict(get_policy("round_robin").params) == {"by_weight": False, "by_cost": False}
-    assert dict(get_policy("weighted").params) == {"by_weight": True, "by_cost": False}
-    assert dict(get_policy("drr").params) == {"by_weight": True, "by_cost": True}
+    assert dict(get_policy("round_robin").params) == {"by_weight": False, "by_cost": False,
+                                                      "by_time": False}
+    assert dict(get_policy("weighted").params) == {"by_weight": True, "by_cost": False,
+                                                   "by_time": False}
+    assert dict(get_policy("drr").params) == {"by_weight": True, "by_cost": True, "by_time": False}
+    assert dict(get_policy("time").params) == {"by_weight": True, "by_cost": False, "by_time": True}
     assert "by_weight" not in dict(get_policy("fifo").params)
 
 
