@@ -2,8 +2,9 @@
 
 Usage: worker_proc.py DSN [--concurrency N] [--policy P] [--until-empty] [--grace S]
 Tasks: ``noop``; ``timed`` (payload ``{"seconds": S}``: sleeps S and returns the seconds it
-ran, as the handler measured them); ``sleepy`` (payload ``{"seconds": S, "mark": PATH, "sleep_attempts": [1]}``:
-writes PATH.started.N, sleeps on the listed attempts (all by default), then writes PATH.done.N).
+ran, as the handler measured them); ``sleepy`` (payload
+``{"seconds": S, "mark": PATH, "sleep_attempts": [1]}``: writes PATH.started.N, sleeps on the
+listed attempts (all by default), then writes PATH.done.N).
 Prints ``READY`` once its loop runs and LISTEN is in effect.
 """
 
