@@ -39,9 +39,11 @@ done AS (
         last_error = coalesce(i.note, j.last_error)
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
+    -- ran: at least a microsecond, so no tenant's expected run time is 0 (a claim of policy
+    -- time divides by it).
     RETURNING j.id, j.queue, j.tenant, j.task, j.started_at, j.finished_at, j.charged_s,
-              coalesce(i.run_s, extract(epoch FROM j.finished_at - j.started_at)::float8)
-                  AS ran
+              greatest(1e-6::float8, coalesce(
+                  i.run_s, extract(epoch FROM j.finished_at - j.started_at)::float8)) AS ran
 ),
 -- The batch's tenants' slots given back by return_slots (alembic/versions/0004_lock_order/
 -- slots.sql): each tenant row written by a statement of its own, in (queue, tenant) order as
@@ -85,7 +87,8 @@ failed AS (
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
     RETURNING j.id, j.queue, j.tenant, j.task, j.status, j.run_at, j.started_at, j.charged_s,
-              coalesce(i.run_s, extract(epoch FROM now() - j.started_at)::float8) AS ran
+              greatest(1e-6::float8, coalesce(
+                  i.run_s, extract(epoch FROM now() - j.started_at)::float8)) AS ran
 ),
 -- An idle tenant wakes for its earliest retry.
 slots AS (

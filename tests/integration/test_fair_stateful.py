@@ -28,7 +28,7 @@ from tests.support.policy_model import ModelJob, QueueModel
 
 TENANTS = ["a", "b", "c", "d"]
 NOW = 1e6   # the model's clock at claims: every job is due, no token refills
-RUN_TIMES = st.sampled_from([0.25, 0.5, 1.0, 2.0, 3.0])   # seconds a finished job ran
+RUN_TIMES = st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0, 3.0])   # seconds a finished job ran
 
 
 def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStateMachine]:

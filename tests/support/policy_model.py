@@ -52,7 +52,8 @@ tenant (in (vtime, name) order), a candidate's jobs start within it at ``c / u``
 gets ``B`` of its own jobs' worth), and a served tenant's vtime grows by ``n * c / u``. Each job
 keeps its charge ``c``. A finish (or retry) that reports the job's run time ``r`` adds
 ``(r - c) / u`` to an active tenant's vtime (``u`` its effective weight then) and moves
-``avg_run_s`` to ``r + (avg_run_s - r) * 0.8`` (the first report sets it), under every policy;
+``avg_run_s`` to ``r + (avg_run_s - r) * 0.8`` (the first report sets it; ``r`` is at least
+1e-6), under every policy;
 a release takes the charge back (``-c / u``) from an active tenant. fifo charges nothing.
 
 fifo takes the first ``B`` due jobs in global (priority DESC, run_at, id) order among tenants
@@ -413,6 +414,7 @@ class QueueModel:
         policy time's charge is corrected on an active tenant, the expected run time moves."""
         if run_s is None:
             return
+        run_s = max(run_s, 1e-6)   # as the finishes count it: never 0 (claims divide by it)
         if job.charged is not None and t.active and run_s != job.charged:
             t.vtime = t.vtime + (run_s - job.charged) / self.effective_weight(t)
         old = run_s if t.avg_run_s is None else t.avg_run_s
