@@ -64,6 +64,7 @@ FUNCTION_FILES = (
     "0003_search_path_keys_bounds/enqueue.sql",      # enqueue and the grants (enqueue_many below)
     "0005_worker_time/slots.sql",                    # return_slots
     "0004_lock_order/enqueue.sql",                   # enqueue_many
+    "0005_worker_time/decay.sql",                    # decay_usage
 )
 
 

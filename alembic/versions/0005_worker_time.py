@@ -10,6 +10,7 @@ Create Date: 2026-12-05
   finish corrects the tenant's virtual time by the time it ran minus this.
 - claim_fair and wait_and_pick take ``by_time``; return_slots takes the corrections and the
   run times. Their old signatures are dropped (a call names its arguments' types).
+- decay_usage: the usage decay of workers with a half-life.
 
 Self-contained: the functions it installs are in ``0005_worker_time/``, the ones its downgrade
 puts back in ``0005_worker_time/down/`` (copies of 0003's claim.sql and 0004's slots.sql).
@@ -29,14 +30,15 @@ branch_labels = None
 depends_on = None
 
 FOLDER = "0005_worker_time"
-UP_FILES = ("slots.sql", "claim.sql")
+UP_FILES = ("slots.sql", "claim.sql", "decay.sql")
 DOWN_FILES = ("down/slots.sql", "down/claim.sql")
 OLD = ("claim_fair(text, int, bool, bool, float8, bool, text)",
        "wait_and_pick(text, int, bool, bool)",
        "return_slots(text[], text[], int[], bool[], timestamptz[])")
 NEW = ("claim_fair(text, int, bool, bool, bool, float8, bool, text)",
        "wait_and_pick(text, int, bool, bool, bool)",
-       "return_slots(text[], text[], int[], bool[], timestamptz[], float8[], int[], float8[])")
+       "return_slots(text[], text[], int[], bool[], timestamptz[], float8[], int[], float8[])",
+       "decay_usage(text, float8)")
 
 
 def _schema() -> str:

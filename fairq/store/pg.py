@@ -213,6 +213,15 @@ class Store(StoreSessions):
             cur.execute(self.statement("rebase_vtime"), {"threshold": float(threshold)})
             return len(cur.fetchall())
 
+    def decay_usage(self, queues: Sequence[str], factor: float) -> int:
+        """Keep ``factor`` (in (0, 1]) of each active tenant's lead in virtual time over its
+        queue's, in ``queues``; rows changed."""
+        with self.cursor() as cur:
+            cur.execute(self.statement("decay_usage"),
+                        {"queues": list(queues), "factor": float(factor)})
+            row = cur.fetchone()
+        return 0 if row is None else int(row["n"])
+
     def vacuum_tenant_schedule(self) -> None:
         """VACUUM the scheduler's hot table (needs its ownership; outside any transaction)."""
         with self.pool.connection() as conn:

@@ -81,6 +81,10 @@ def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStat
             self.clock += 1
             self.model.retry(job_id, run_at=self.clock, run_s=run_s)
 
+        @rule(factor=st.sampled_from([0.5, 0.25]))
+        def decay(self, factor: float) -> None:
+            assert store.decay_usage(["default"], factor) == self.model.decay(factor)
+
         @rule(data=st.data())
         def release(self, data: Any) -> None:
             if not self.model.running:

@@ -212,7 +212,7 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 # itself: a statement auto_explain reports from inside one is labelled "function: its first
 # words".
 ENGINE_FUNCTIONS = ("queue_vtime", "wait_and_pick", "claim_settle", "eff_weight", "claim_terms",
-                    "groups_due", "claim_fair", "return_slots")
+                    "groups_due", "claim_fair", "return_slots", "decay_usage")
 FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  f"(SELECT count(*) FROM {SCHEMA}.wait_and_pick(%(queue)s, 3, true, true, false)) AS picked, "
                  # claim_settle's read back from a walk's stop, which no claim passes today
@@ -223,7 +223,12 @@ FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  # and its read of a walk's reach when it walked every candidate (no claim passes
                  # one either): a reach below every tenant, so it reads nothing.
                  f"{SCHEMA}.claim_settle(%(queue)s, true, '-Infinity', NULL, NULL, '{{}}', "
-                 "'{}', '{}', '{}', '{}', '{}', '{}') AS settled_short")
+                 "'{}', '{}', '{}', '{}', '{}', '{}') AS settled_short, "
+                 # the usage decay of workers with a half-life (rolled back with the case), once a
+                 # correction of policy time has put the whale 5 s ahead of the queue
+                 f"{SCHEMA}.return_slots(ARRAY[%(queue)s], ARRAY['{WHALE}'], ARRAY[0], NULL, "
+                 "NULL, ARRAY[5.0::float8]) AS pushed, "
+                 f"{SCHEMA}.decay_usage(%(queue)s, 0.5) AS decayed")
 END_MARK = "SELECT 'plan-states: end of case'"
 _TOP = re.compile(r"^-- fairq (\w+)")
 _TENANT_EQ = re.compile(r"\btenant = ")

@@ -420,6 +420,15 @@ class QueueModel:
         old = run_s if t.avg_run_s is None else t.avg_run_s
         t.avg_run_s = run_s + (old - run_s) * 0.8
 
+    def decay(self, factor: float) -> int:
+        """Usage decay (a worker's half-life): each active tenant ahead of V keeps ``factor`` of
+        its lead over V; returns how many tenants moved."""
+        v = self.activation_vtime()
+        ahead = [t for t in self.tenants.values() if t.active and t.vtime > v]
+        for t in ahead:
+            t.vtime = v + (t.vtime - v) * factor
+        return len(ahead)
+
     def finish(self, job_id: int, run_s: float | None = None) -> None:
         """A running job ends for good (done, failed, cancelled while running), having run
         ``run_s`` seconds if reported."""
