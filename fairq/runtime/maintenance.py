@@ -156,7 +156,11 @@ class UsageDecay:
     queues: Sequence[str]
     half_life: float
     interval: float = 1.0
-    key: str = "decay_usage"
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        # One schedule per set of queues: workers serving other queues decay theirs too.
+        self.key = self.key or "decay_usage:" + ",".join(sorted(self.queues))
 
     def run_once(self) -> int:
         return self.store.decay_usage(self.queues, 0.5 ** (self.interval / self.half_life))
