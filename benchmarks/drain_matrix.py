@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.drain_matrix [--scale 1.0] [--repeats 1] \\
         [--shapes whale_first,whale_singletons,equal10,singletons,capped_whale,delayed_due,arrivals] \\
-        [--policies fifo,round_robin,weighted,drr] [--concurrency 8] [--json PATH]
+        [--policies fifo,round_robin,weighted,drr,time] [--concurrency 8] [--json PATH]
 
 Quick check: ``.venv/bin/python -m benchmarks.drain_matrix --scale 0.2``.
 
@@ -144,7 +144,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCHEMA = "fairq"
 TASK = "noop"
 DEFAULT_CAP = 100_000
-POLICIES = ("fifo", "round_robin", "weighted", "drr")
+POLICIES = ("fifo", "round_robin", "weighted", "drr", "time")
 # --control: fifo once more in every (repeat, shape), reported as a policy of its own: how far
 # two runs of the same statement land apart on this machine, against the target's 0.1.
 CONTROL = "fifo_control"

@@ -60,10 +60,11 @@ FUNCTION_FILES = (
     "0003_search_path_keys_bounds/rate_limits.sql",  # token bucket, time spent throttled
     "0003_search_path_keys_bounds/weights.sql",      # effective_weight, group factors
     "0003_search_path_keys_bounds/settle.sql",       # claim_settle
-    "0003_search_path_keys_bounds/claim.sql",        # claim_fair, wait_and_pick, claim_terms
+    "0005_worker_time/claim.sql",                    # claim_fair, wait_and_pick, claim_terms
     "0003_search_path_keys_bounds/enqueue.sql",      # enqueue and the grants (enqueue_many below)
-    "0004_lock_order/slots.sql",                     # return_slots
+    "0005_worker_time/slots.sql",                    # return_slots
     "0004_lock_order/enqueue.sql",                   # enqueue_many
+    "0005_worker_time/decay.sql",                    # decay_usage
 )
 
 
@@ -154,6 +155,10 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         # An idempotency key: unique per (task, tenant) among queued and running jobs
         # (jobs_key_idx): one tenant's key never finds another tenant's job.
         Column("key", Text),
+        # What a claim under policy time charged the job, in expected seconds (NULL under the
+        # other policies): its finish corrects its tenant's virtual time by the time it ran
+        # minus this.
+        Column("charged_s", Float),
         PrimaryKeyConstraint("id", name="jobs_pkey"),
         CheckConstraint(
             "status IN ('queued', 'running', 'done', 'failed', 'cancelled')",
@@ -302,6 +307,9 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         # credited when the interval that throttled_since opened ends.
         Column("throttled_seconds", Float, nullable=False, server_default=text("0")),
         Column("throttled_since", DateTime(timezone=True)),
+        # Policy time's expected run time of the tenant's jobs in this queue: a moving average
+        # of the run times its finishes report (return_slots), NULL before the first.
+        Column("avg_run_s", Float),
         # The claim's tenant pick: runnable tenants in virtual-time order.
         Index(
             "tenant_schedule_runnable_idx",

@@ -70,6 +70,10 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--durable-finishes", action="store_true",
                    help="commit each finish with the WAL flushed (default: a database crash may "
                         "undo the last finishes, which then run again; never a lost job)")
+    p.add_argument("--time-half-life", type=number("time-half-life", minimum=0.001,
+                                                   maximum=MAX_SECONDS), metavar="S",
+                   help="forget old usage: each backlogged tenant's lead in virtual time over "
+                   "its queue's halves every S seconds (default: never)")
     add_log_level(p)
     p.set_defaults(handler=run)
 
@@ -136,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         options["grace_period"] = args.grace_period
     if args.poll_interval is not None:
         options["poll_interval"] = args.poll_interval
+    if args.time_half_life is not None:
+        options["time_half_life"] = args.time_half_life
     if args.metrics_port is not None:
         from fairq.metrics import start_worker_metrics  # prometheus_client only when asked
 

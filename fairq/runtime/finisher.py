@@ -114,12 +114,14 @@ class Finisher:
             for i in range(0, len(recent), REPLAY_CHUNK):
                 chunk = recent[i:i + REPLAY_CHUNK]
                 done = [c for c in chunk if c.error is None]
+                failed = [c for c in chunk if c.error is not None]
                 repaired += len(store.finish_done([(c.job.id, c.job.attempt) for c in done],
                                                   [c.result for c in done],
-                                                  [c.note for c in done]))
+                                                  [c.note for c in done],
+                                                  [c.run_seconds for c in done]))
                 repaired += len(store.finish_failed([
-                    (c.job.id, c.job.attempt, c.error, c.retry_delay)
-                    for c in chunk if c.error is not None], [c.job.id for c in chunk if c.final]))
+                    (c.job.id, c.job.attempt, c.error or "", c.retry_delay) for c in failed],
+                    [c.job.id for c in chunk if c.final], [c.run_seconds for c in failed]))
         except BaseException:
             self.replay_wanted.set()
             raise
@@ -210,13 +212,16 @@ class Finisher:
         done = [c for c in part if c.error is None]
         failed = [c for c in part if c.error is not None]
         if done:
+            # The measured run times go with the finish: policy time charges them.
             ok = {f.id for f in store.finish_done([(c.job.id, c.job.attempt) for c in done],
-                                                  [c.result for c in done], [c.note for c in done])}
+                                                  [c.result for c in done], [c.note for c in done],
+                                                  [c.run_seconds for c in done])}
             self._finished(batch, {(c.job.id, c.job.attempt): (
                 "done" if c.job.id in ok else "lease_lost") for c in done})
         if failed:
             rows = store.finish_failed([(c.job.id, c.job.attempt, c.error or "", c.retry_delay)
-                                        for c in failed], [c.job.id for c in failed if c.final])
+                                        for c in failed], [c.job.id for c in failed if c.final],
+                                       [c.run_seconds for c in failed])
             status = {f.id: f.status for f in rows}
             self._finished(batch, {(c.job.id, c.job.attempt): (
                 "lease_lost" if (s := status.get(c.job.id)) is None

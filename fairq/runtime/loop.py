@@ -43,6 +43,7 @@ from fairq.runtime.maintenance import (
     ScheduleVacuum,
     Service,
     StrandedWaker,
+    UsageDecay,
     VtimeRebase,
 )
 from fairq.runtime.periodic import Periodic
@@ -216,6 +217,8 @@ class Worker:
         ]
         if s.prune_after is not None:
             services.append(Pruner(store, s.prune_after, s.prune_interval))
+        if s.time_half_life is not None:
+            services.append(UsageDecay(store, self.queues, s.time_half_life))
         if self.periodics:
             services.append(PeriodicScheduler(store, self.periodics, observer=self.observer))
         return services

@@ -1,4 +1,5 @@
-"""Maintenance services every worker runs from start-up: reaper, wakers, rebase and pruner.
+"""Maintenance services every worker runs from start-up: reaper, wakers, rebase, pruner and
+usage decay.
 
 Each service is a small object whose ``run_once()`` does one pass, so tests drive it without
 timers. ``MaintenanceSchedule`` decides when: a local timer says when this worker should *ask*,
@@ -143,6 +144,26 @@ class VtimeRebase:
         if n:
             log.info("rebased the virtual time of %d tenant row(s)", n)
         return n
+
+
+@dataclass
+class UsageDecay:
+    """Forgets old usage with a half-life: every ``interval`` seconds each active tenant of
+    ``queues`` keeps ``0.5 ** (interval / half_life)`` of its lead in virtual time over its
+    queue's (docs/algorithm.md, "Policy time")."""
+
+    store: Store
+    queues: Sequence[str]
+    half_life: float
+    interval: float = 1.0
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        # One schedule per set of queues: workers serving other queues decay theirs too.
+        self.key = self.key or "decay_usage:" + ",".join(sorted(self.queues))
+
+    def run_once(self) -> int:
+        return self.store.decay_usage(self.queues, 0.5 ** (self.interval / self.half_life))
 
 
 @dataclass

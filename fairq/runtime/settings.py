@@ -67,6 +67,9 @@ class WorkerSettings:
     max_backoff: float = 30.0
     durable_finishes: bool = False
     claim_ahead: int | None = None
+    # Seconds after which half of a backlogged tenant's lead in virtual time is forgotten (the
+    # worker's queues, whatever its policy; None: never).
+    time_half_life: float | None = None
 
     def __post_init__(self) -> None:
         concurrency, batch = self.concurrency, self.batch
@@ -97,6 +100,10 @@ class WorkerSettings:
         if self.prune_after is not None and not _seconds(self.prune_after, 0):
             raise InvalidInput(f"prune_after must be >= 0 and at most {MAX_SECONDS:g} seconds, "
                                f"not {self.prune_after!r}")
+        hl = self.time_half_life
+        if hl is not None and not _seconds(hl, 0, exclusive=True):
+            raise InvalidInput(f"time_half_life must be a number of seconds > 0 and at most "
+                               f"{MAX_SECONDS:g}, not {hl!r}")
         if isinstance(self.queues, str):
             raise InvalidInput(f"queues must be a list of queue names, not the string "
                                f"{self.queues!r}")

@@ -13,13 +13,14 @@
 -- run by the function claim_fair (claim.sql of fairq.schema.FUNCTION_FILES), which runs only
 -- the steps a claim needs: a statement holding every step would start all of them at every
 -- claim.
--- Parameters: by_weight, by_cost (round_robin: false/false; weighted: true/false; drr:
--- true/true), window (= batch, in virtual time), wait. When it took nothing while holding a
+-- Parameters: by_weight, by_cost, by_time (round_robin: false/false/false; weighted:
+-- true/false/false; drr: true/true/false; time: true/false/true), window (= batch, in jobs of
+-- the first runnable tenant), wait. When it took nothing while holding a
 -- lock it returns one row of NULLs, and the store runs it again with `wait` (holding nothing,
 -- it then waits for the first runnable tenant's row). Columns: as claim_fifo's.
 SELECT c.id, c.queue, c.tenant, c.task, c.payload, c.attempts, c.max_attempts,
        c.lease_seconds, c.priority, c.cost, c.run_at, c.started_at, c.locked_until
-FROM {schema}.claim_fair(%(queue)s, %(batch)s::int, %(by_weight)s, %(by_cost)s,
+FROM {schema}.claim_fair(%(queue)s, %(batch)s::int, %(by_weight)s, %(by_cost)s, %(by_time)s,
                          %(window)s::float8, %(wait)s, %(worker)s) c;
 
 -- name: claim_fifo
@@ -70,7 +71,8 @@ granted AS MATERIALIZED (
 claimed AS (
     UPDATE {schema}.jobs j
     SET status = 'running', attempts = j.attempts + 1, started_at = now(),
-        locked_until = now() + make_interval(secs => j.lease_seconds), locked_by = %(worker)s
+        locked_until = now() + make_interval(secs => j.lease_seconds), locked_by = %(worker)s,
+        charged_s = NULL  -- not charged by time: its finish corrects nothing
     WHERE j.id = ANY ((SELECT array_agg(g.id) FROM granted g)::bigint[])
     RETURNING j.id, j.queue, j.tenant, j.task, j.payload, j.attempts, j.max_attempts,
               j.lease_seconds, j.priority, j.cost, j.run_at, j.started_at, j.locked_until

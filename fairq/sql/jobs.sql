@@ -23,11 +23,14 @@ SELECT {schema}.enqueue_many(
 -- Returns the ids that were still ours (the others lost their lease and are left alone).
 -- results and notes: JSON texts and "result not stored" notes (fairq.results), one per job, or
 -- NULL arrays when no job of the batch has one (unnest pads them with NULLs).
+-- run_seconds: how long each handler ran, measured by the worker (NULL: the database's
+-- started_at to now): policy time's charge and each tenant's expected run time.
 -- The jobs are locked in id order, as by every statement that writes several of one worker's
 -- jobs (the heartbeat's extend_leases may be writing the same ones).
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
-                         %(notes)s::text[]) AS i(id, attempts, result, note)
+                         %(notes)s::text[], %(run_seconds)s::float8[])
+        AS i(id, attempts, result, note, run_s)
     ORDER BY i.id
 ),
 done AS (
@@ -36,16 +39,24 @@ done AS (
         last_error = coalesce(i.note, j.last_error)
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
-    RETURNING j.id, j.queue, j.tenant, j.task, j.started_at, j.finished_at
+    -- ran: at least a microsecond, so no tenant's expected run time is 0 (a claim of policy
+    -- time divides by it).
+    RETURNING j.id, j.queue, j.tenant, j.task, j.started_at, j.finished_at, j.charged_s,
+              greatest(1e-6::float8, coalesce(
+                  i.run_s, extract(epoch FROM j.finished_at - j.started_at)::float8)) AS ran
 ),
 -- The batch's tenants' slots given back by return_slots (alembic/versions/0004_lock_order/
 -- slots.sql): each tenant row written by a statement of its own, in (queue, tenant) order as
 -- every statement locks them, so no finish waits in a cycle with a claim, an enqueue or
--- another finish. Same in the statements below.
+-- another finish. Same in the statements below. Policy time's charges are corrected there
+-- (the time run minus the time charged), and each tenant's expected run time moves.
 slots AS (
     SELECT {schema}.return_slots(array_agg(p.queue), array_agg(p.tenant), array_agg(p.n),
-                                 NULL, NULL) AS written
-    FROM (SELECT d.queue, d.tenant, count(*)::int AS n FROM done d GROUP BY 1, 2) p
+                                 NULL, NULL, array_agg(p.corr), array_agg(p.n),
+                                 array_agg(p.mean)) AS written
+    FROM (SELECT d.queue, d.tenant, count(*)::int AS n,
+                 coalesce(sum(d.ran - d.charged_s), 0.0) AS corr, avg(d.ran) AS mean
+          FROM done d GROUP BY 1, 2) p
 )
 SELECT d.id, d.queue, d.tenant, d.task,
        extract(epoch FROM d.finished_at - d.started_at)::float8 AS run_seconds
@@ -57,11 +68,12 @@ FROM done d, slots;
 -- blocks its tenant's other jobs nor pre-empts anyone; a given delay is capped at ten years
 -- (as an enqueue's), so no retry lands outside jobs_run_at_check. The ids in %(final)s fail
 -- for good at once: a retry could only fail the same way (a payload that cannot be decoded).
+-- run_seconds: as finish_done's (a failed run used worker time too).
 WITH input AS (
     SELECT i.*, i.id = ANY(%(final)s::bigint[]) AS final
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
-                %(retry_delays)s::float8[])
-        AS i(id, attempts, error, retry_delay)
+                %(retry_delays)s::float8[], %(run_seconds)s::float8[])
+        AS i(id, attempts, error, retry_delay, run_s)
     ORDER BY i.id
 ),
 failed AS (
@@ -74,14 +86,18 @@ failed AS (
         last_error = i.error, locked_until = NULL, locked_by = NULL
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
-    RETURNING j.id, j.queue, j.tenant, j.task, j.status, j.run_at, j.started_at
+    RETURNING j.id, j.queue, j.tenant, j.task, j.status, j.run_at, j.started_at, j.charged_s,
+              greatest(1e-6::float8, coalesce(
+                  i.run_s, extract(epoch FROM now() - j.started_at)::float8)) AS ran
 ),
 -- An idle tenant wakes for its earliest retry.
 slots AS (
     SELECT {schema}.return_slots(array_agg(p.queue), array_agg(p.tenant), array_agg(p.n),
-                                 NULL, array_agg(p.retry_at)) AS written
+                                 NULL, array_agg(p.retry_at), array_agg(p.corr),
+                                 array_agg(p.n), array_agg(p.mean)) AS written
     FROM (SELECT f.queue, f.tenant, count(*)::int AS n,
-                 min(f.run_at) FILTER (WHERE f.status = 'queued') AS retry_at
+                 min(f.run_at) FILTER (WHERE f.status = 'queued') AS retry_at,
+                 coalesce(sum(f.ran - f.charged_s), 0.0) AS corr, avg(f.ran) AS mean
           FROM failed f GROUP BY 1, 2) p
 )
 SELECT f.id, f.queue, f.tenant, f.task, f.status,
@@ -112,13 +128,16 @@ released AS (
         started_at = NULL
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
-    RETURNING j.id, j.queue, j.tenant
+    RETURNING j.id, j.queue, j.tenant, j.charged_s
 ),
--- Every released job is due again: its tenant is runnable.
+-- Every released job is due again: its tenant is runnable. It never ran: policy time's charge
+-- is taken back.
 slots AS (
     SELECT {schema}.return_slots(array_agg(p.queue), array_agg(p.tenant), array_agg(p.n),
-                                 array_agg(true), NULL) AS written
-    FROM (SELECT r.queue, r.tenant, count(*)::int AS n FROM released r GROUP BY 1, 2) p
+                                 array_agg(true), NULL, array_agg(p.corr)) AS written
+    FROM (SELECT r.queue, r.tenant, count(*)::int AS n,
+                 -coalesce(sum(r.charged_s), 0.0) AS corr
+          FROM released r GROUP BY 1, 2) p
 )
 SELECT r.id FROM released r, slots;
 

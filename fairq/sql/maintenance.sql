@@ -55,3 +55,10 @@ locked AS MATERIALIZED (
 UPDATE {schema}.tenant_schedule ts SET vtime = ts.vtime - l.b
 FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
 RETURNING ts.queue;
+
+-- name: decay_usage
+-- Maintenance, for workers with a half-life (WorkerSettings.time_half_life): each of these
+-- queues' active tenants keeps `factor` of its lead in virtual time over the queue's
+-- (decay_usage, the function), queue by queue in name order, its rows in tenant order.
+SELECT coalesce(sum({schema}.decay_usage(x.q, %(factor)s::float8)), 0)::int AS n
+FROM (SELECT DISTINCT u.q FROM unnest(%(queues)s::text[]) AS u(q) ORDER BY u.q) x;

@@ -19,10 +19,10 @@ REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {schema}.jobs, {schema}.tenant_schedu
     {schema}.workers FROM {role};
 GRANT SELECT ON {schema}.jobs TO {role};
 GRANT UPDATE (status, attempts, run_at, started_at, finished_at, locked_until, locked_by,
-              last_error, result) ON {schema}.jobs TO {role};
+              last_error, result, charged_s) ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.tenant_schedule TO {role};
 GRANT UPDATE (running, vtime, active, wake_at, claimed_total, last_served_at, tokens, refilled_at,
-               throttled_seconds, throttled_since)
+               throttled_seconds, throttled_since, avg_run_s)
     ON {schema}.tenant_schedule TO {role};
 GRANT SELECT, INSERT (key, value), UPDATE (value) ON {schema}.settings TO {role};
 GRANT SELECT ON {schema}.alembic_version TO {role};

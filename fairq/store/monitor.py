@@ -26,7 +26,7 @@ from fairq.store.workers import MISSED_BEATS
 
 # PostgreSQL types of the claim statements' parameters, for PREPARE.
 PARAM_TYPES = {"queue": "text", "worker": "text", "batch": "int4", "window": "float8", "wait": "bool",
-               "by_weight": "bool", "by_cost": "bool"}
+               "by_weight": "bool", "by_cost": "bool", "by_time": "bool"}
 _PARAM = re.compile(r"%\((\w+)\)s")
 # Statements that name no schema render the same for any: health checks know no schema.
 _ANY_SCHEMA = "public"

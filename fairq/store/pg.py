@@ -118,9 +118,12 @@ class Store(StoreSessions):
 
     def finish_done(self, done: Sequence[tuple[int, int]],
                     results: Sequence[str | None] | None = None,
-                    notes: Sequence[str | None] | None = None) -> list[FinishedJob]:
+                    notes: Sequence[str | None] | None = None,
+                    run_seconds: Sequence[float] | None = None) -> list[FinishedJob]:
         """Mark (id, attempts) pairs done; returns those that were still ours. ``results``
-        (JSON texts) and ``notes`` (why a result was not stored), if given, go with ``done``."""
+        (JSON texts) and ``notes`` (why a result was not stored), if given, go with ``done``;
+        so do ``run_seconds``, the handlers' run times the worker measured (policy time charges
+        them; None: the database's started_at to now)."""
         if not done:
             return []
         with self.cursor() as cur:
@@ -130,15 +133,18 @@ class Store(StoreSessions):
                  # a NULL array, not one of NULLs, when the batch has none (the common case)
                  "results": list(results) if results and any(r is not None for r in results)
                  else None,
-                 "notes": list(notes) if notes and any(n is not None for n in notes) else None},
+                 "notes": list(notes) if notes and any(n is not None for n in notes) else None,
+                 "run_seconds": _run_seconds(run_seconds)},
             )
             return [FinishedJob(status="done", **r) for r in cur.fetchall()]
 
     def finish_failed(
-        self, failures: Sequence[tuple[int, int, str, float | None]], final: Sequence[int] = ()
+        self, failures: Sequence[tuple[int, int, str, float | None]], final: Sequence[int] = (),
+        run_seconds: Sequence[float] | None = None,
     ) -> list[FinishedJob]:
         """Record (id, attempts, error, retry_delay or None for the backoff) failures; the ids
-        in ``final`` fail for good, whatever attempts they have left."""
+        in ``final`` fail for good, whatever attempts they have left. ``run_seconds``: as
+        ``finish_done``'s."""
         if not failures:
             return []
         with self.cursor() as cur:
@@ -150,6 +156,7 @@ class Store(StoreSessions):
                     "errors": [f[2] for f in failures],
                     "retry_delays": [f[3] for f in failures],
                     "final": list(final),
+                    "run_seconds": _run_seconds(run_seconds),
                 },
             )
             return [FinishedJob(**r) for r in cur.fetchall()]
@@ -205,6 +212,15 @@ class Store(StoreSessions):
         with self.cursor() as cur:
             cur.execute(self.statement("rebase_vtime"), {"threshold": float(threshold)})
             return len(cur.fetchall())
+
+    def decay_usage(self, queues: Sequence[str], factor: float) -> int:
+        """Keep ``factor`` (in (0, 1]) of each active tenant's lead in virtual time over its
+        queue's, in ``queues``; rows changed."""
+        with self.cursor() as cur:
+            cur.execute(self.statement("decay_usage"),
+                        {"queues": list(queues), "factor": float(factor)})
+            row = cur.fetchone()
+        return 0 if row is None else int(row["n"])
 
     def vacuum_tenant_schedule(self) -> None:
         """VACUUM the scheduler's hot table (needs its ownership; outside any transaction)."""
@@ -376,3 +392,8 @@ def _claimed(row: dict[str, Any]) -> ClaimedJob:
     # The payload is decoded already (jsonb, see load_json): a str payload is a JSON string,
     # never to be decoded again.
     return ClaimedJob(**{k: row[k] for k in _CLAIMED})
+
+
+def _run_seconds(run_seconds: Sequence[float] | None) -> list[float] | None:
+    """Measured run times as the finishes take them: never negative (a clock step)."""
+    return None if run_seconds is None else [max(0.0, float(r)) for r in run_seconds]

@@ -36,7 +36,7 @@ from fairq.store import Store
 from tests.support.db import SCHEMA
 
 TENANTS = ["a", "b", "c", "d"]
-POLICIES = st.sampled_from(["fifo", "round_robin", "weighted", "drr"])
+POLICIES = st.sampled_from(["fifo", "round_robin", "weighted", "drr", "time"])
 RATES = st.sampled_from([None, 0.001, 5.0, 50.0])
 PICKS = st.lists(st.integers(0, 10_000), max_size=12)
 

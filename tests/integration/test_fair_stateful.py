@@ -6,6 +6,9 @@ model's. Weights are powers of two so virtual times are exact in both float impl
 Rate limits are tiny (0.001 jobs/s) so that no token refills during a run: the buckets drain
 exactly, dry tenants sleep past the end of the run (the model's clock NOW is far past every
 job's run_at and before any token is due), and a retry or a new limit wakes them early.
+Every finish reports a run time (a few exact binary fractions of a second): policy time charges
+the tenant's expected run time at the claim and corrects it at the finish, and every policy
+keeps each tenant's expected run time (avg_run_s), which the invariant compares too.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from tests.support.policy_model import ModelJob, QueueModel
 
 TENANTS = ["a", "b", "c", "d"]
 NOW = 1e6   # the model's clock at claims: every job is due, no token refills
+RUN_TIMES = st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0, 3.0])   # seconds a finished job ran
 
 
 def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStateMachine]:
@@ -58,23 +62,36 @@ def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStat
             for j in got:
                 self.attempts[j.id] = j.attempts
 
-        @rule(data=st.data())
-        def finish(self, data: Any) -> None:
+        @rule(data=st.data(), run_s=RUN_TIMES)
+        def finish(self, data: Any, run_s: float) -> None:
             if not self.model.running:
                 return
             job_id = data.draw(st.sampled_from(sorted(self.model.running)))
-            assert store.finish_done([(job_id, self.attempts[job_id])])
-            self.model.finish(job_id)
+            assert store.finish_done([(job_id, self.attempts[job_id])], run_seconds=[run_s])
+            self.model.finish(job_id, run_s=run_s)
 
-        @rule(data=st.data())
-        def retry_now(self, data: Any) -> None:
+        @rule(data=st.data(), run_s=RUN_TIMES)
+        def retry_now(self, data: Any, run_s: float) -> None:
             candidates = sorted(i for i in self.model.running if self.attempts[i] < 5)
             if not candidates:
                 return
             job_id = data.draw(st.sampled_from(candidates))
-            assert store.finish_failed([(job_id, self.attempts[job_id], "boom", 0.0)])
+            assert store.finish_failed([(job_id, self.attempts[job_id], "boom", 0.0)],
+                                       run_seconds=[run_s])
             self.clock += 1
-            self.model.retry(job_id, run_at=self.clock)
+            self.model.retry(job_id, run_at=self.clock, run_s=run_s)
+
+        @rule(factor=st.sampled_from([0.5, 0.25]))
+        def decay(self, factor: float) -> None:
+            assert store.decay_usage(["default"], factor) == self.model.decay(factor)
+
+        @rule(data=st.data())
+        def release(self, data: Any) -> None:
+            if not self.model.running:
+                return
+            job_id = data.draw(st.sampled_from(sorted(self.model.running)))
+            assert store.release_unstarted([(job_id, self.attempts[job_id])]) == {job_id}
+            self.model.release(job_id)
 
         @rule(tenant=st.sampled_from(TENANTS), weight=st.sampled_from([0.5, 1.0, 2.0, 4.0]),
               cap=st.sampled_from([0, 1, 2, 5, 10]))
@@ -98,19 +115,20 @@ def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStat
             if not hasattr(self, "model"):
                 return
             with psycopg.connect(dsn, autocommit=True) as conn:
-                rows = conn.execute(
-                    "SELECT tenant, running, vtime, active FROM fairq.tenant_schedule").fetchall()
+                rows = conn.execute("SELECT tenant, running, vtime, active, avg_run_s "
+                                    "FROM fairq.tenant_schedule").fetchall()
             tenants = self.model.tenants.values()
             if policy.name == "fifo":   # fifo keeps no virtual time nor activity
-                assert {t: r for t, r, _, _ in rows} == {t.name: t.running for t in tenants}
+                assert {t: (r, s) for t, r, _, _, s in rows} == {
+                    t.name: (t.running, t.avg_run_s) for t in tenants}
             else:
-                assert {t: (r, v, a) for t, r, v, a in rows} == {
-                    t.name: (t.running, t.vtime, t.active) for t in tenants}
+                assert {t: (r, v, a, s) for t, r, v, a, s in rows} == {
+                    t.name: (t.running, t.vtime, t.active, t.avg_run_s) for t in tenants}
 
     return ClaimsMatchModel
 
 
-@pytest.mark.parametrize("policy", ["fifo", "round_robin", "weighted", "drr"])
+@pytest.mark.parametrize("policy", ["fifo", "round_robin", "weighted", "drr", "time"])
 def test_database_claims_follow_the_reference_model(store: Store, dsn: str, policy: str) -> None:
     machine = make_machine(store, dsn, policy)
     run_state_machine_as_test(machine, settings=settings(

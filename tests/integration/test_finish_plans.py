@@ -34,7 +34,8 @@ FINISH = 10
 # and wrote them; the finish's time is the same, about 2.5 ms with its commit).
 MAX_BUFFERS = 400
 TYPES = {"ids": "bigint[]", "attempts": "int[]", "errors": "text[]", "retry_delays": "float8[]",
-         "seconds": "float8", "results": "text[]", "notes": "text[]", "final": "bigint[]"}
+         "seconds": "float8", "results": "text[]", "notes": "text[]", "final": "bigint[]",
+         "run_seconds": "float8[]"}
 STATEMENTS = ("finish_done", "finish_failed", "extend_leases", "release_unstarted")
 
 
@@ -67,7 +68,8 @@ def _explain(dsn: str, statement: str, jobs: list[tuple[int, int]], mode: str) -
     values: Mapping[str, Any] = {
         "ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs],
         "errors": ["boom"] * len(jobs), "retry_delays": [None] * len(jobs), "seconds": None,
-        "results": ['{"rows": 7}'] * len(jobs), "notes": [None] * len(jobs), "final": []}
+        "results": ['{"rows": 7}'] * len(jobs), "notes": [None] * len(jobs), "final": [],
+        "run_seconds": [0.01] * len(jobs)}
     options = f"{planner_options()} -c plan_cache_mode=force_{mode}_plan"
     with psycopg.connect(dsn, options=options) as conn:
         conn.execute(f"PREPARE p ({', '.join(TYPES[o] for o in order)}) AS {text}")

@@ -81,7 +81,7 @@ def functions(dsn: str, schema: str) -> set[str]:
 
 # Every function the migrations create: the ones the named statements and Python call, and the
 # ones those call (fairq.schema.FUNCTION_FILES).
-FUNCTIONS = {"claim_fair", "claim_room", "claim_settle", "claim_terms", "eff_weight",
+FUNCTIONS = {"claim_fair", "claim_room", "claim_settle", "claim_terms", "decay_usage", "eff_weight",
              "effective_weight", "enqueue", "enqueue_many", "groups_due", "queue_vtime",
              "refresh_groups", "return_slots", "tenant_dry", "tenant_tokens", "throttled_open",
              "throttled_total", "token_at", "token_due", "wait_and_pick"}

@@ -212,9 +212,9 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 # itself: a statement auto_explain reports from inside one is labelled "function: its first
 # words".
 ENGINE_FUNCTIONS = ("queue_vtime", "wait_and_pick", "claim_settle", "eff_weight", "claim_terms",
-                    "groups_due", "claim_fair", "return_slots")
+                    "groups_due", "claim_fair", "return_slots", "decay_usage")
 FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
-                 f"(SELECT count(*) FROM {SCHEMA}.wait_and_pick(%(queue)s, 3, true, true)) AS picked, "
+                 f"(SELECT count(*) FROM {SCHEMA}.wait_and_pick(%(queue)s, 3, true, true, false)) AS picked, "
                  # claim_settle's read back from a walk's stop, which no claim passes today
                  # (claim_fair lists the tenants it went past): a stop before every tenant, so it
                  # reads nothing and retires nobody.
@@ -223,7 +223,12 @@ FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  # and its read of a walk's reach when it walked every candidate (no claim passes
                  # one either): a reach below every tenant, so it reads nothing.
                  f"{SCHEMA}.claim_settle(%(queue)s, true, '-Infinity', NULL, NULL, '{{}}', "
-                 "'{}', '{}', '{}', '{}', '{}', '{}') AS settled_short")
+                 "'{}', '{}', '{}', '{}', '{}', '{}') AS settled_short, "
+                 # the usage decay of workers with a half-life (rolled back with the case), once a
+                 # correction of policy time has put the whale 5 s ahead of the queue
+                 f"{SCHEMA}.return_slots(ARRAY[%(queue)s], ARRAY['{WHALE}'], ARRAY[0], NULL, "
+                 "NULL, ARRAY[5.0::float8]) AS pushed, "
+                 f"{SCHEMA}.decay_usage(%(queue)s, 0.5) AS decayed")
 END_MARK = "SELECT 'plan-states: end of case'"
 _TOP = re.compile(r"^-- fairq (\w+)")
 _TENANT_EQ = re.compile(r"\btenant = ")
@@ -442,7 +447,7 @@ CASES = (
     # A full claim: the sleepers first (woken at queue_vtime), then the walk from the whale.
     *(Case(f"claim_fair/{p}", "claim_fair", policy=p, served=(WHALE, *SLEEPERS),
            functions=("claim_fair", "queue_vtime", "claim_settle"), reads=_FAIR_READS)
-      for p in ("round_robin", "weighted", "drr")),
+      for p in ("round_robin", "weighted", "drr", "time")),
     # Every due job held by another transaction: nothing is taken; the claim asks wait_and_pick
     # for the tenants to wait for (in its own statement when it holds no lock, else in a second
     # statement with `wait`, as the Store), which tries each in turn and finds nothing to pick.
@@ -545,7 +550,8 @@ def run_case(dsn: str, case: Case, mode: str, extra: Mapping[str, str] | None = 
             text = sql.statement(case.statement, SCHEMA)
             values = {"ids": ids, "attempts": [r[5] for r in claimed], "errors": ["boom"] * len(ids),
                       "retry_delays": [None] * len(ids), "seconds": None,
-                      "results": ['{"rows": 7}'] * len(ids), "notes": [None] * len(ids), "final": []}
+                      "results": ['{"rows": 7}'] * len(ids), "notes": [None] * len(ids), "final": [],
+                      "run_seconds": [0.01] * len(ids)}
             params = {k: v for k, v in values.items() if f"%({k})s" in text}
         with holding(dsn, case.queue) if case.hold_queue else nullcontext():
             notices.clear()
@@ -663,7 +669,7 @@ class KnownDefects(AssertionError):
     """The problems found are catalogued defects this case is known to have."""
 
 
-_FAIR = ("claim_fair/round_robin", "claim_fair/weighted", "claim_fair/drr")
+_FAIR = ("claim_fair/round_robin", "claim_fair/weighted", "claim_fair/drr", "claim_fair/time")
 _ALL, _GENERIC = MODES, ("generic",)
 _ANALYZED = ("analyzed_empty", "analyzed_before_bulk", "skewed", "fresh")
 
@@ -927,7 +933,7 @@ def one_tenant_problems(dsn: str, mode: str, extra: Mapping[str, str] | None = N
         for policy in ("round_robin", "weighted", "drr", "fifo"):
             rows = claim_rows(conn, policy, QUEUE)
             assert len(rows) == BATCH, (policy, len(rows))
-        picked = conn.execute(f"SELECT count(*) FROM {SCHEMA}.wait_and_pick(%(queue)s, 3, true, true)",
+        picked = conn.execute(f"SELECT count(*) FROM {SCHEMA}.wait_and_pick(%(queue)s, 3, true, true, false)",
                               {"queue": QUEUE}, prepare=True).fetchone()
         assert picked is not None and picked[0] == 3
         conn.execute(END_MARK)

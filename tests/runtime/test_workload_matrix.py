@@ -35,7 +35,7 @@ from tests.support.fairtools import keep_pristine_copy, restore_pristine
 from tests.support.paths import REPO
 
 FAIRQ = Path(sys.executable).with_name("fairq")
-POLICIES = ["fifo", "round_robin", "weighted", "drr"]
+POLICIES = ["fifo", "round_robin", "weighted", "drr", "time"]
 CONCURRENCY = 4
 WORKER_TIMEOUT = 60.0
 DEFAULTS = (1.0, 10)
@@ -170,10 +170,10 @@ def fresh_dsn(matrix_db: str) -> str:
 
 
 # Every policy on the shape that stalled the old engine; the default policy on every shape, and
-# drr on the random one (eight worker runs: the whole matrix took 60-120 s of the CI budget).
+# drr and time on the random one (ten worker runs).
 CASES = ([(p, "whale_then_500_one_job_tenants") for p in POLICIES]
          + [("weighted", w) for w in WORKLOADS if w != "whale_then_500_one_job_tenants"]
-         + [("drr", "random_shape_seed_2025")])
+         + [("drr", "random_shape_seed_2025"), ("time", "random_shape_seed_2025")])
 
 
 @pytest.mark.parametrize(("policy", "workload"), CASES)

@@ -46,6 +46,16 @@ its active tenants (the database does it in a claim, at most once a second); a f
 uses weights uses ``weight * factor`` (1 when the group has none) in place of the weight, for
 the virtual-time increments.
 
+Policy time (by_time) counts each job its tenant's expected run time ``c`` (``avg_run_s``, 1
+second while unknown) where weighted counts 1: the window is ``B * c`` of the first runnable
+tenant (in (vtime, name) order), a candidate's jobs start within it at ``c / u`` each (a sleeper
+gets ``B`` of its own jobs' worth), and a served tenant's vtime grows by ``n * c / u``. Each job
+keeps its charge ``c``. A finish (or retry) that reports the job's run time ``r`` adds
+``(r - c) / u`` to an active tenant's vtime (``u`` its effective weight then) and moves
+``avg_run_s`` to ``r + (avg_run_s - r) * 0.8`` (the first report sets it; ``r`` is at least
+1e-6), under every policy;
+a release takes the charge back (``-c / u``) from an active tenant. fifo charges nothing.
+
 fifo takes the first ``B`` due jobs in global (priority DESC, run_at, id) order among tenants
 with a free slot, then grants each tenant as many of them as it has free slots; it keeps no
 virtual time.
@@ -83,6 +93,7 @@ class ModelJob:
     priority: int = 0
     run_at: float = 0.0
     cost: float = 1.0
+    charged: float | None = None     # policy time's charge at its claim, in expected seconds
 
     def order_key(self) -> tuple[int, float, int]:
         """The order a tenant's jobs (and fifo's jobs) are taken in."""
@@ -105,6 +116,11 @@ class ModelTenant:
     burst: int | None = None
     tokens: float | None = None       # as of refilled_at; None: a full bucket
     refilled_at: float | None = None
+    avg_run_s: float | None = None    # expected run time (policy time); None: none measured
+
+    def expected_run(self) -> float:
+        """What policy time charges one of its jobs: its moving average, 1 s while unknown."""
+        return 1.0 if self.avg_run_s is None else self.avg_run_s
 
     @property
     def free(self) -> int:
@@ -281,7 +297,8 @@ class QueueModel:
         if "by_weight" not in params:
             return self._claim_fifo(batch, now)
         return self._claim_fair(batch, now, by_weight=bool(params["by_weight"]),
-                                by_cost=bool(params.get("by_cost", False)))
+                                by_cost=bool(params.get("by_cost", False)),
+                                by_time=bool(params.get("by_time", False)))
 
     def _claim_fifo(self, batch: int, now: float) -> list[int]:
         # The first `batch` due jobs in global order among tenants with a free slot; then each
@@ -303,10 +320,12 @@ class QueueModel:
                 t.tokens, t.refilled_at = tokens - n, now
         for job in taken:
             self._start(job)
+            job.charged = None
             self.tenants[job.tenant].running += 1
         return [j.id for j in taken]
 
-    def _claim_fair(self, batch: int, now: float, *, by_weight: bool, by_cost: bool) -> list[int]:
+    def _claim_fair(self, batch: int, now: float, *, by_weight: bool, by_cost: bool,
+                    by_time: bool = False) -> list[int]:
         # 1. Sleepers whose time came wake at V (computed before any wakes); those with a free
         #    slot come first in the walk, in tenant order.
         v = self.activation_vtime()
@@ -317,9 +336,15 @@ class QueueModel:
                           key=attrgetter("name"))
         for t in sleepers:
             self._activate(t, v)
-        # 2. Then the runnable tenants at most `batch` of virtual time ahead of the first.
-        window = [t for t in sorted(before, key=attrgetter("vtime", "name"))
-                  if vmin is not None and t.vtime <= vmin + batch]
+        # 2. Then the runnable tenants at most `batch` of virtual time ahead of the first (time:
+        #    `batch` of the first one's expected run times).
+        ordered = sorted(before, key=attrgetter("vtime", "name"))
+
+        def run_unit(t: ModelTenant) -> float:
+            return t.expected_run() if by_time else 1.0
+
+        hi = None if vmin is None else vmin + batch * run_unit(ordered[0])
+        window = [t for t in ordered if hi is not None and t.vtime <= hi]
         candidates = [t for t in sleepers if t.room(now) > 0] + window
 
         def units(t: ModelTenant) -> float:
@@ -331,13 +356,17 @@ class QueueModel:
             first = next(iter(self.due_jobs(t.name, now)), None)
             if first is None:
                 return batch
-            unit = first.cost if by_cost else 1.0
-            # A sleeper starts at V: a whole window, also when no tenant was runnable (no vmin).
-            start = vmin if vmin is not None else t.vtime
-            return max(1, math.floor((start + batch - t.vtime) * units(t) / unit) + 1)
+            unit = first.cost if by_cost else run_unit(t)
+            # A sleeper starts at V: a whole window of its own jobs, also when no tenant was
+            # runnable (no vmin).
+            asleep = any(t is sl for sl in sleepers)
+            width = batch * run_unit(t) if asleep or hi is None else hi - t.vtime
+            return max(1, math.floor(width * units(t) / unit) + 1)
 
         walked: list[tuple[ModelTenant, list[ModelJob]]] = []
         count = 0
+
+        walked_bounded: list[bool] = []
 
         def walk(tenants: list[ModelTenant], *, bounded: bool = True) -> None:
             nonlocal count
@@ -347,6 +376,7 @@ class QueueModel:
                 most = min(t.room(now), budget(t) if bounded else batch, batch - count)
                 jobs = list(islice(self.due_jobs(t.name, now), most))
                 walked.append((t, jobs))
+                walked_bounded.append(bounded)
                 count += len(jobs)
 
         # 4. The walk.
@@ -358,13 +388,17 @@ class QueueModel:
                   if self.has_due(t.name, now) and t.room(now) > 0][:3], bounded=False)
 
         claimed: list[int] = []
-        for t, jobs in walked:
+        for (t, jobs), bounded in zip(walked, walked_bounded, strict=True):
             for job in jobs:
                 self._start(job)
+                job.charged = run_unit(t) if by_time else None
                 claimed.append(job.id)
             if jobs:
                 t.running += len(jobs)
-                t.vtime += sum((j.cost if by_cost else 1.0) / units(t) for j in jobs)
+                if by_time and bounded:
+                    t.vtime += len(jobs) * run_unit(t) / units(t)   # n * c, then / u
+                else:
+                    t.vtime += sum((j.cost if by_cost else run_unit(t)) / units(t) for j in jobs)
                 tokens = t.tokens_at(now)
                 if tokens is not None:
                     t.tokens, t.refilled_at = tokens - len(jobs), now
@@ -375,16 +409,41 @@ class QueueModel:
                 self._deactivate(t, now)
         return claimed
 
-    def finish(self, job_id: int) -> None:
-        """A running job ends for good (done, failed, cancelled while running)."""
-        job = self.running.pop(job_id)
-        self.tenants[job.tenant].running -= 1
+    def _ran(self, job: ModelJob, t: ModelTenant, run_s: float | None) -> None:
+        """The finish of ``job`` reports it ran ``run_s`` seconds (None: nothing reported):
+        policy time's charge is corrected on an active tenant, the expected run time moves."""
+        if run_s is None:
+            return
+        run_s = max(run_s, 1e-6)   # as the finishes count it: never 0 (claims divide by it)
+        if job.charged is not None and t.active and run_s != job.charged:
+            t.vtime = t.vtime + (run_s - job.charged) / self.effective_weight(t)
+        old = run_s if t.avg_run_s is None else t.avg_run_s
+        t.avg_run_s = run_s + (old - run_s) * 0.8
 
-    def retry(self, job_id: int, run_at: float) -> None:
-        """A running job failed and is queued again at ``run_at``."""
+    def decay(self, factor: float) -> int:
+        """Usage decay (a worker's half-life): each active tenant ahead of V keeps ``factor`` of
+        its lead over V; returns how many tenants moved."""
+        v = self.activation_vtime()
+        ahead = [t for t in self.tenants.values() if t.active and t.vtime > v]
+        for t in ahead:
+            t.vtime = v + (t.vtime - v) * factor
+        return len(ahead)
+
+    def finish(self, job_id: int, run_s: float | None = None) -> None:
+        """A running job ends for good (done, failed, cancelled while running), having run
+        ``run_s`` seconds if reported."""
         job = self.running.pop(job_id)
         t = self.tenants[job.tenant]
         t.running -= 1
+        self._ran(job, t, run_s)
+
+    def retry(self, job_id: int, run_at: float, run_s: float | None = None) -> None:
+        """A running job failed (after ``run_s`` seconds, if reported) and is queued again at
+        ``run_at``."""
+        job = self.running.pop(job_id)
+        t = self.tenants[job.tenant]
+        t.running -= 1
+        self._ran(job, t, run_s)
         job.run_at = run_at
         self._queue(job)
         if not t.active:
@@ -401,3 +460,6 @@ class QueueModel:
         self._queue(job)
         if not t.active:
             self._activate(t, self.activation_vtime())
+        elif job.charged is not None and job.charged != 0.0:
+            # It never ran: policy time's charge is taken back.
+            t.vtime = t.vtime + (-job.charged) / self.effective_weight(t)

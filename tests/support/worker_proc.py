@@ -1,8 +1,10 @@
 """A tiny worker process for the lifecycle tests (kill -9, SIGTERM) and the throughput figure.
 
 Usage: worker_proc.py DSN [--concurrency N] [--policy P] [--until-empty] [--grace S]
-Tasks: ``noop``; ``sleepy`` (payload ``{"seconds": S, "mark": PATH, "sleep_attempts": [1]}``:
-writes PATH.started.N, sleeps on the listed attempts (all by default), then writes PATH.done.N).
+Tasks: ``noop``; ``timed`` (payload ``{"seconds": S}``: sleeps S and returns the seconds it
+ran, as the handler measured them); ``sleepy`` (payload
+``{"seconds": S, "mark": PATH, "sleep_attempts": [1]}``: writes PATH.started.N, sleeps on the
+listed attempts (all by default), then writes PATH.done.N).
 Prints ``READY`` once its loop runs and LISTEN is in effect.
 """
 
@@ -25,6 +27,12 @@ def build_app(dsn: str) -> fairq.App:
     @app.task(name="noop", lease=30)
     def noop(job: fairq.Job) -> None:
         pass
+
+    @app.task(name="timed", lease=30)
+    def timed(job: fairq.Job) -> float:
+        t0 = time.perf_counter()
+        time.sleep(float(job.payload["seconds"]))
+        return time.perf_counter() - t0
 
     @app.task(name="sleepy", lease=2, max_attempts=5)
     def sleepy(job: fairq.Job) -> None:

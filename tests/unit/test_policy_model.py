@@ -54,15 +54,18 @@ def drain(model: QueueModel, policy: str, claims: int, batch: int = 1, now: floa
 # -- the policy registry and the fairness measures --------------------------------------------
 
 def test_get_policy_rejects_unknown_names_with_the_valid_ones() -> None:
-    with pytest.raises(InvalidInput, match="drr, fifo, round_robin, weighted"):
+    with pytest.raises(InvalidInput, match="drr, fifo, round_robin, time, weighted"):
         get_policy("lottery")
     assert get_policy("weighted").name == "weighted"
 
 
 def test_the_model_reads_each_policys_parameters() -> None:
-    assert dict(get_policy("round_robin").params) == {"by_weight": False, "by_cost": False}
-    assert dict(get_policy("weighted").params) == {"by_weight": True, "by_cost": False}
-    assert dict(get_policy("drr").params) == {"by_weight": True, "by_cost": True}
+    assert dict(get_policy("round_robin").params) == {"by_weight": False, "by_cost": False,
+                                                      "by_time": False}
+    assert dict(get_policy("weighted").params) == {"by_weight": True, "by_cost": False,
+                                                   "by_time": False}
+    assert dict(get_policy("drr").params) == {"by_weight": True, "by_cost": True, "by_time": False}
+    assert dict(get_policy("time").params) == {"by_weight": True, "by_cost": False, "by_time": True}
     assert "by_weight" not in dict(get_policy("fifo").params)
 
 
@@ -373,6 +376,54 @@ def test_weighted_shares_converge_to_weights(weights: list[float], batch: int) -
     backlog(m, dict.fromkeys(names, 1000))
     order = drain(m, "weighted", 1000 // batch, batch=batch)
     assert max_share_error(Counter(order), names) < 0.02
+
+
+@given(st.lists(st.tuples(st.sampled_from([0.5, 1.0, 2.0, 4.0]),
+                          st.sampled_from([0.004, 0.01, 0.04, 0.3])), min_size=2, max_size=5),
+       st.integers(1, 8), st.integers(1, 4))
+@settings(max_examples=30, deadline=None)
+def test_time_shares_worker_time_by_weight_within_the_bound(
+        tenants: list[tuple[float, float]], batch: int, slots: int) -> None:
+    """Policy time over tenants whose jobs run different times: ``slots`` jobs in flight, the
+    oldest finishing first with its run time. Each tenant's worker time per weight stays within
+    the documented bound of every other's (docs/algorithm.md, "Policy time")."""
+    m = QueueModel()
+    names = {f"t{i}": (w, r) for i, (w, r) in enumerate(tenants)}
+    configure(m, {t: w for t, (w, _) in names.items()})
+    backlog(m, dict.fromkeys(names, 4000))
+    used = dict.fromkeys(names, 0.0)
+    in_flight: list[int] = []
+    for _ in range(600):
+        in_flight += m.claim(get_policy("time"), min(batch, slots - len(in_flight)), now=1.0)
+        job_id = in_flight.pop(0)
+        tenant = m.running[job_id].tenant
+        used[tenant] += names[tenant][1]
+        m.finish(job_id, run_s=names[tenant][1])
+    assert all(m.has_due(t, 1.0) for t in names)   # all backlogged throughout
+    longest = max(r for _, r in names.values())
+    lightest = min(w for w, _ in names.values())
+    # batch * max(c) * (1 + 1 / min W) + the in-flight jobs of two tenants, each at most the
+    # longest job (c is learnt: the first claims charge 1 s, corrected at their finish).
+    cmax = max(1.0, longest)
+    bound = batch * cmax * (1 + 1 / lightest) + 2 * slots * cmax / lightest
+    per_weight = [used[t] / w for t, (w, _) in names.items()]
+    assert max(per_weight) - min(per_weight) <= bound
+
+
+def test_time_gives_a_long_and_a_short_tenant_equal_worker_time() -> None:
+    """The runtime test's shape in the model: 40 ms and 4 ms jobs, equal weights, 4 slots."""
+    m = QueueModel()
+    backlog(m, {"long": 2000, "short": 20000})
+    run = {"long": 0.04, "short": 0.004}
+    used = {"long": 0.0, "short": 0.0}
+    in_flight: list[int] = []
+    for _ in range(5000):
+        in_flight += m.claim(get_policy("time"), 4 - len(in_flight), now=1.0)
+        job_id = in_flight.pop(0)
+        tenant = m.running[job_id].tenant
+        used[tenant] += run[tenant]
+        m.finish(job_id, run_s=run[tenant])
+    assert used["long"] / (used["long"] + used["short"]) == pytest.approx(0.5, abs=0.02)
 
 
 # -- work conservation and caps -------------------------------------------------------------------

@@ -1,0 +1,357 @@
+-- The fair claim: claim_fair, which fairq/sql/claim.sql's claim_fair statement calls, and
+-- what it calls. {schema} is the quoted schema name.
+
+-- A tenant's terms in a fair claim: its effective weight (eff_weight) and its room
+-- (claim_room). One call, so claim_fair stays within psycopg's statement cache limit.
+CREATE OR REPLACE FUNCTION {schema}.claim_terms(s {schema}.tenant_schedule, OUT weight float8, OUT room int)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    weight := {schema}.eff_weight(s);
+    room := {schema}.claim_room(s);
+END
+$$;
+
+-- The wait: claim_fair calls it when it took nothing and holds no row (every runnable tenant
+-- with a due job was held by other claims or finishes), or as the store's second statement.
+-- It picks the due jobs of the first runnable tenant with room, in (vtime, tenant) order and
+-- not tried yet, up to the room this snapshot sees (the claim holding the row can only lower
+-- it) and the batch, locked FOR UPDATE SKIP LOCKED in the claim's own transaction (the
+-- holder's jobs are locked, so skipped); none: the next tenant. Then it waits for the tenant's
+-- row, reads it as it is now, and returns as many of the picked jobs as fit, each with its
+-- virtual time increment (cost and weight as the policy counts them) and `more`: the tenant
+-- has a due job left (one picked and not taken, or one after the last taken). No rows: nobody
+-- had a due job this claim could take.
+--
+-- `more` is asked after the wait, in a fresh snapshot (a VOLATILE function's statements each
+-- take one), and only about the jobs after the last one taken in the queue's order: in the
+-- claim's older snapshot the jobs the claim it waited for had just taken still look queued,
+-- and the tenant would stay runnable and empty. A job before the last one taken that is still
+-- queued is one another claim has locked and is about to take or give back; claim_settle's
+-- check under the row lock, which every tenant said empty gets, keeps the tenant runnable
+-- while such a claim is open, and the claim that commits last decides.
+--
+-- The first row the wait locks is kept, whatever it holds; the wait holds no other tenant row
+-- then (claim_fair calls it only when it holds nothing), so it cannot close a lock cycle. A
+-- tenant left without room after the wait (a claim it waited for took it to its cap, or it was
+-- paused) is not given back: the claim holds it until it commits, a few milliseconds, and
+-- serves it nothing. Giving it back would need a subtransaction, which costs every waiting
+-- claim one and the tenant's row a MultiXact. The next tenants are then locked SKIP LOCKED,
+-- never waited for: a claim holding a row must not wait for another (a finish or fifo claim
+-- holding that one, locking rows in tenant order, may be waiting for this one). When every one
+-- of them is held the wait returns no rows; the claim comes back empty and the store's second
+-- statement (`wait`), holding nothing, waits again, for a tenant that has room in its newer
+-- snapshot.
+CREATE OR REPLACE FUNCTION {schema}.wait_and_pick(q text, lim int, by_weight bool, by_cost bool)
+RETURNS TABLE (row_ tid, tenant text, vtime float8, inc float8, id bigint, more bool)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t text;
+    ids bigint[];
+    r record;
+    n int;
+    more bool;
+    held bool := false;
+    tried text[] := '{}';
+BEGIN
+    LOOP
+        -- One row at most (the candidate's LIMIT 1 is planned first), so the sublink locks
+        -- one tenant's jobs.
+        SELECT c.tenant, array(SELECT j.id FROM {schema}.jobs j
+                               WHERE j.queue = q AND j.tenant = c.tenant
+                                 AND j.status = 'queued' AND j.run_at <= now()
+                               ORDER BY j.priority DESC, j.run_at, j.id
+                               LIMIT least(c.room, lim)
+                               FOR UPDATE OF j SKIP LOCKED)
+        INTO t, ids
+        FROM (SELECT ts.tenant, {schema}.claim_room(ts) AS room
+              FROM {schema}.tenant_schedule ts
+              WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running
+                AND {schema}.claim_room(ts) > 0 AND ts.tenant <> ALL (tried)
+              ORDER BY ts.vtime, ts.tenant
+              LIMIT 1) c;
+        EXIT WHEN NOT FOUND;
+        tried := tried || t;
+        CONTINUE WHEN cardinality(ids) = 0;
+        IF held THEN
+            -- Holding a row: never wait for another.
+            SELECT ts.ctid, ts.vtime, {schema}.eff_weight(ts) AS weight, ts.active,
+                   {schema}.claim_room(ts) AS room
+            INTO r FROM {schema}.tenant_schedule ts
+            WHERE ts.queue = q AND ts.tenant = t
+            FOR NO KEY UPDATE OF ts SKIP LOCKED;
+        ELSE
+            -- Waits for the claim or finish holding the row, then reads it as it is now.
+            SELECT ts.ctid, ts.vtime, {schema}.eff_weight(ts) AS weight, ts.active,
+                   {schema}.claim_room(ts) AS room
+            INTO r FROM {schema}.tenant_schedule ts
+            WHERE ts.queue = q AND ts.tenant = t
+            FOR NO KEY UPDATE OF ts;
+        END IF;
+        CONTINUE WHEN NOT FOUND;
+        held := true;
+        IF r.active AND r.room > 0 THEN
+            n := least(r.room, cardinality(ids));
+            -- After the last job taken, ids[n], in (priority DESC, run_at, id) order: the
+            -- rest of its priority, then the lower ones.
+            more := n < cardinality(ids) OR EXISTS (
+                SELECT FROM {schema}.jobs l, {schema}.jobs j
+                WHERE l.id = ids[n] AND j.queue = q AND j.tenant = t
+                  AND j.status = 'queued' AND j.run_at <= now()
+                  AND j.priority = l.priority AND (j.run_at, j.id) > (l.run_at, l.id)
+            ) OR EXISTS (
+                SELECT FROM {schema}.jobs l, {schema}.jobs j
+                WHERE l.id = ids[n] AND j.queue = q AND j.tenant = t
+                  AND j.status = 'queued' AND j.run_at <= now() AND j.priority < l.priority);
+            RETURN QUERY
+                SELECT r.ctid, t, r.vtime,
+                       CASE WHEN by_cost THEN j.cost ELSE 1.0 END
+                       / CASE WHEN by_weight THEN r.weight ELSE 1.0 END,
+                       j.id, more
+                FROM {schema}.jobs j WHERE j.id = ANY (ids[1:n]);
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The fair claim (docs/algorithm.md, "The definition"): weighted fair queueing over tenants by
+-- virtual time. A plpgsql function whose walk is a loop, so a claim runs only the steps it
+-- needs: PostgreSQL starts every node of a statement's plan at each execution, used or not, and
+-- a statement holding every step would pay for all of them at every claim. The walk is a
+-- cursor read one tenant at a time (FETCH: the row it locks is the row it reads) and each
+-- tenant's jobs are picked by a small statement of their own; the wait and drr's cost run
+-- only in the claims that need them. The walk knows which tenants it went past, so it hands
+-- them to claim_settle rather than a stop to read them back from.
+--
+-- Snapshots: each statement of a VOLATILE function takes a new one. What the walk and the picks
+-- decide rests on the rows they lock, which a newer snapshot does not change; claim_settle runs
+-- after this claim's UPDATE of its jobs.
+CREATE OR REPLACE FUNCTION {schema}.claim_fair(q text, lim int, by_weight bool, by_cost bool, win float8,
+                                    waiting bool, wk text)
+-- It returns the claimed jobs' columns by name, not the jobs table's row type: a plpgsql
+-- function caches the row type its statements were first planned with, and a later migration
+-- that adds a column to jobs would then break every claim of a running worker ("structure of
+-- query does not match function result type"). `use_column`: where a name is
+-- both one of these columns and a table's column, the body means the table's.
+RETURNS TABLE (id bigint, queue text, tenant text, task text, payload jsonb, attempts int,
+               max_attempts int, lease_seconds int, priority smallint, cost float8,
+               run_at timestamptz, started_at timestamptz, locked_until timestamptz)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    -- The runnable tenants up to the reach, in (vtime, tenant) order, each locked as a FETCH
+    -- reaches it, SKIP LOCKED (a tenant another claim holds is being served by it). LIMIT: a
+    -- bound the walk never reaches in practice, there so the planner reads the index in order.
+    walk NO SCROLL CURSOR (hi_ float8) FOR
+        SELECT ts.ctid, ts.tenant, ts.vtime,
+               -- The effective weight (weights.sql), its group's factor read in this
+               -- statement: a plpgsql call per tenant walked (eff_weight) costs more.
+               CASE WHEN by_weight
+                    THEN {schema}.effective_weight(ts.weight, (
+                        SELECT g.factor FROM {schema}.group_schedule g
+                        WHERE g.queue = ts.queue
+                          AND g.tenant_group = coalesce(ts.tenant_group, 'default')))
+                    ELSE 1.0 END,
+               {schema}.claim_room(ts)
+        FROM {schema}.tenant_schedule ts
+        WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running AND ts.vtime <= hi_
+        ORDER BY ts.vtime, ts.tenant
+        LIMIT 1000
+        FOR NO KEY UPDATE OF ts SKIP LOCKED;
+    walking bool := false;
+    sl_rows tid[] := '{}';
+    sl_tenants text[] := '{}';
+    sl_weights float8[] := '{}';
+    sl_rooms int[] := '{}';
+    sl int := 0;
+    hi float8;
+    -- the candidate in hand
+    t_row tid;
+    t_tenant text;
+    t_vtime float8;
+    t_w float8;
+    t_room int;
+    c float8;
+    n int;
+    ids bigint[];
+    units float8;
+    more bool;
+    all_ids bigint[] := '{}';
+    s_rows tid[] := '{}';
+    s_tenants text[] := '{}';
+    s_n int[] := '{}';
+    s_inc float8[] := '{}';
+    s_empty text[] := '{}';
+    took int := 0;
+    retired int;
+BEGIN
+    IF NOT waiting THEN
+        -- 1. Sleepers: idle tenants whose delayed jobs fell due, locked (in wake-up order).
+        -- They rejoin at V, first in the walk (those with room, in tenant order), and
+        -- claim_settle wakes them all. Their rows are locked by an ARRAY subquery, and their
+        -- terms read by a second statement only when there are any: most claims find none.
+        sl_rows := ARRAY(SELECT s.ctid FROM {schema}.tenant_schedule s
+                         WHERE s.queue = q AND NOT s.active AND s.wake_at <= now()
+                         ORDER BY s.wake_at
+                         FOR NO KEY UPDATE OF s SKIP LOCKED);
+        IF cardinality(sl_rows) > 0 THEN
+            SELECT array_agg(x.ctid ORDER BY x.tenant), array_agg(x.tenant ORDER BY x.tenant),
+                   array_agg(x.weight ORDER BY x.tenant), array_agg(x.room ORDER BY x.tenant)
+            INTO sl_rows, sl_tenants, sl_weights, sl_rooms
+            FROM (SELECT s.ctid, s.tenant, ({schema}.claim_terms(s)).*  -- weight, room
+                  FROM {schema}.tenant_schedule s WHERE s.ctid = ANY (sl_rows)) x;
+        END IF;
+        -- 2. The walk's reach: one window of virtual time past the first runnable tenant.
+        SELECT ts.vtime + win INTO hi FROM {schema}.tenant_schedule ts
+        WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running
+        ORDER BY ts.vtime LIMIT 1;
+        -- 3. The candidates, the sleepers with room and then the walk, until the batch is full.
+        WHILE took < lim LOOP
+            IF NOT walking THEN
+                sl := sl + 1;
+                IF sl > cardinality(sl_rows) THEN
+                    EXIT WHEN hi IS NULL;  -- no runnable tenant
+                    OPEN walk(hi);
+                    walking := true;
+                    CONTINUE;
+                END IF;
+                CONTINUE WHEN sl_rooms[sl] <= 0;
+                -- A sleeper starts at V (`hi` - window): a whole window, also when no tenant
+                -- is runnable (no `hi`).
+                t_row := sl_rows[sl];
+                t_tenant := sl_tenants[sl];
+                t_vtime := NULL;
+                t_w := CASE WHEN by_weight THEN sl_weights[sl] ELSE 1.0 END;
+                t_room := sl_rooms[sl];
+            ELSE
+                FETCH walk INTO t_row, t_tenant, t_vtime, t_w, t_room;
+                EXIT WHEN NOT FOUND;
+            END IF;
+            -- 4. Its due jobs that start within the window: each counts 1/w of virtual time
+            -- (drr: its first due job's cost / w), at least one, up to its room; in the queue's
+            -- order, locked SKIP LOCKED, no more than the batch has room for.
+            c := 1.0;
+            IF by_cost THEN
+                SELECT f.cost INTO c FROM {schema}.jobs f
+                WHERE f.queue = q AND f.tenant = t_tenant
+                  AND f.status = 'queued' AND f.run_at <= now()
+                ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1;
+            END IF;
+            n := least(t_room, greatest(1.0, coalesce(
+                     floor(coalesce(hi - t_vtime, win) * t_w / c) + 1, t_room)))::int;
+            -- An ARRAY subquery, cheaper at every tenant walked than aggregating the picked
+            -- rows. Each job counts 1, so the units are the count; drr sums its jobs' costs
+            -- with one aggregate. The check below reads the last job's key by id.
+            IF by_cost THEN
+                SELECT coalesce(array_agg(p.id), '{}'), sum(p.cost) INTO ids, units
+                FROM (SELECT pj.id, pj.cost FROM {schema}.jobs pj
+                      WHERE pj.queue = q AND pj.tenant = t_tenant
+                        AND pj.status = 'queued' AND pj.run_at <= now()
+                      ORDER BY pj.priority DESC, pj.run_at, pj.id
+                      LIMIT least(n, lim - took)
+                      FOR UPDATE OF pj SKIP LOCKED) p;
+            ELSE
+                ids := ARRAY(SELECT pj.id FROM {schema}.jobs pj
+                             WHERE pj.queue = q AND pj.tenant = t_tenant
+                               AND pj.status = 'queued' AND pj.run_at <= now()
+                             ORDER BY pj.priority DESC, pj.run_at, pj.id
+                             LIMIT least(n, lim - took)
+                             FOR UPDATE OF pj SKIP LOCKED);
+                units := cardinality(ids);
+            END IF;
+            IF cardinality(ids) = 0 THEN
+                -- Walked past (nothing due, every due job held by another claim, or no room):
+                -- claim_settle takes it out of the runnable set if, under its lock, it has no
+                -- due job or no token. A sleeper left unserved is asked the same.
+                IF walking THEN
+                    s_empty := s_empty || t_tenant;
+                END IF;
+                CONTINUE;
+            END IF;
+            took := took + cardinality(ids);
+            all_ids := all_ids || ids;
+            s_rows := s_rows || t_row;
+            s_tenants := s_tenants || t_tenant;
+            s_n := s_n || cardinality(ids);
+            s_inc := s_inc || (units / t_w);
+            -- Whether it looks empty now (step 7; claim_settle decides it again under a lock):
+            -- one that gave fewer jobs than its pick allowed, and was not cut short by the
+            -- batch, had no more. Else it is asked for a due job after the last one it gave, in
+            -- the queue's order: two index reads that start there (the rest of its priority,
+            -- then the lower ones), not one from the head of its queue, which the pick has just
+            -- read past and where the entries of every job claimed since the last VACUUM lie.
+            -- (The last job's key comes from its row, `l`, by primary key.)
+            IF cardinality(ids) < n AND took < lim THEN
+                more := false;
+            ELSE
+                more := EXISTS (SELECT FROM {schema}.jobs l, {schema}.jobs j
+                                WHERE l.id = ids[cardinality(ids)]
+                                  AND j.queue = q AND j.tenant = t_tenant
+                                  AND j.status = 'queued' AND j.run_at <= now()
+                                  AND j.priority = l.priority
+                                  AND (j.run_at, j.id) > (l.run_at, l.id))
+                        OR EXISTS (SELECT FROM {schema}.jobs l, {schema}.jobs j
+                                   WHERE l.id = ids[cardinality(ids)]
+                                     AND j.queue = q AND j.tenant = t_tenant
+                                     AND j.status = 'queued' AND j.run_at <= now()
+                                     AND j.priority < l.priority);
+            END IF;
+            IF NOT more THEN
+                s_empty := s_empty || t_tenant;
+            END IF;
+        END LOOP;
+        IF walking THEN
+            CLOSE walk;
+        END IF;
+    END IF;
+
+    IF took = 0 AND (waiting OR pg_current_xact_id_if_assigned() IS NULL) THEN
+        -- 5. The wait: nothing was taken and this transaction holds no lock (every row the walk
+        -- could have locked was held), or this is the store's second statement. wait_and_pick
+        -- (above) picks the due jobs of the first runnable tenant, waits for its row and says
+        -- whether a due job is left; it serves one tenant.
+        SELECT array_agg(h.id), (array_agg(h.row_))[1], (array_agg(h.tenant))[1],
+               count(*)::int, sum(h.inc), bool_or(h.more)
+        INTO ids, t_row, t_tenant, n, units, more
+        FROM {schema}.wait_and_pick(q, lim, by_weight, by_cost) h;
+        IF ids IS NOT NULL THEN
+            took := cardinality(ids);
+            all_ids := ids;
+            s_rows := ARRAY[t_row];
+            s_tenants := ARRAY[t_tenant];
+            s_n := ARRAY[n];
+            s_inc := ARRAY[units];
+            IF NOT more THEN
+                s_empty := ARRAY[t_tenant];
+            END IF;
+        END IF;
+    END IF;
+
+    IF took > 0 THEN
+        -- The jobs go to the result now; the function goes on to settle.
+        RETURN QUERY
+        UPDATE {schema}.jobs cj
+        SET status = 'running', attempts = cj.attempts + 1, started_at = now(),
+            locked_until = now() + make_interval(secs => cj.lease_seconds), locked_by = wk
+        WHERE cj.id = ANY (all_ids)
+        RETURNING cj.id, cj.queue, cj.tenant, cj.task, cj.payload, cj.attempts, cj.max_attempts,
+                  cj.lease_seconds, cj.priority, cj.cost, cj.run_at, cj.started_at,
+                  cj.locked_until;
+    END IF;
+
+    -- 6 and 7. The tenants' counts and virtual times, the sleepers woken, and every tenant served
+    -- or walked past that has no due job left taken out of the runnable set (claim_settle,
+    -- below).
+    -- The walk knows every tenant it went past (they are in s_empty), so claim_settle is given
+    -- neither a stop nor a short claim's reach to read them back from the runnable index.
+    SELECT {schema}.claim_settle(q, false, NULL, NULL, NULL,
+                                 s_rows, s_tenants, s_n, s_inc, s_empty, sl_rows, sl_tenants)
+    INTO retired;
+    IF took = 0 AND NOT waiting AND pg_current_xact_id_if_assigned() IS NOT NULL THEN
+        -- Took nothing while holding a lock (a sleeper, a walked tenant with nothing due, or a
+        -- row claim_settle retired): it could not wait. One row of NULLs tells the store to run
+        -- it again with `waiting`, holding nothing.
+        RETURN NEXT;  -- every column NULL
+    END IF;
+END
+$$;
