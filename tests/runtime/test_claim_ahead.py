@@ -74,10 +74,9 @@ def test_claimed_ahead_count_against_the_cap(app: fairq.App, dsn: str,
         assert max(held) <= SLOTS, max(held)
 
 
-def test_sigterm_hands_back_the_jobs_claimed_ahead(app: fairq.App, dsn: str) -> None:
-    # 30 ms jobs: short enough to claim ahead, long enough that the jobs claimed ahead wait
-    # most of the time, so the signal finds some
-    ids = app.enqueue_many("sleepy", [(f"t{i % 5}", {"seconds": 0.03}) for i in range(1500)])
+def _run_until_ahead_then_sigterm(dsn: str) -> str:
+    """Start a worker, wait until it runs with jobs claimed ahead (more running than slots),
+    SIGTERM it, and return its stdout (its STATS line)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     p = subprocess.Popen([sys.executable, str(SUPPORT / "worker_proc.py"), dsn, "--concurrency",
                           str(SLOTS), "--policy", "weighted"], stdout=subprocess.PIPE,
@@ -85,7 +84,7 @@ def test_sigterm_hands_back_the_jobs_claimed_ahead(app: fairq.App, dsn: str) -> 
     try:
         deadline = time.monotonic() + 60
         with psycopg.connect(dsn, autocommit=True) as c:
-            while True:  # until it runs with jobs claimed ahead (more running than slots)
+            while True:
                 done, running = c.execute(
                     "SELECT count(*) FILTER (WHERE status = 'done'), "
                     "count(*) FILTER (WHERE status = 'running') FROM fairq.jobs").fetchone() or (0, 0)
@@ -100,13 +99,29 @@ def test_sigterm_hands_back_the_jobs_claimed_ahead(app: fairq.App, dsn: str) -> 
             p.kill()
             p.wait()
     assert p.returncode == 0, err
-    released = re.search(r"released=(\d+)", out)
-    assert released is not None and int(released.group(1)) > 0, (out, err)
-    with psycopg.connect(dsn, autocommit=True) as c:
-        rows = dict(c.execute("SELECT status, count(*) FROM fairq.jobs WHERE id = ANY(%s) "
-                              "GROUP BY status", (ids,)).fetchall())
-    assert "running" not in rows, rows  # none stranded under a lease
-    assert rows.get("done", 0) + rows.get("queued", 0) == 1500, rows
+    return out
+
+
+def test_sigterm_hands_back_the_jobs_claimed_ahead(app: fairq.App, dsn: str) -> None:
+    # 30 ms jobs: short enough to claim ahead, long enough that the jobs claimed ahead wait
+    # most of the time. On a loaded machine the held jobs may all have started by the time the
+    # signal is handled (nothing to hand back, rightly): up to three workers in turn, each
+    # leaving nothing stranded; a hand-back that never happens fails all three.
+    ids = app.enqueue_many("sleepy", [(f"t{i % 5}", {"seconds": 0.03}) for i in range(1500)])
+    released = []
+    for _attempt in range(3):
+        out = _run_until_ahead_then_sigterm(dsn)
+        found = re.search(r"released=(\d+)", out)
+        assert found is not None, out
+        released.append(int(found.group(1)))
+        with psycopg.connect(dsn, autocommit=True) as c:
+            rows = dict(c.execute("SELECT status, count(*) FROM fairq.jobs WHERE id = ANY(%s) "
+                                  "GROUP BY status", (ids,)).fetchall())
+        assert "running" not in rows, rows  # none stranded under a lease
+        assert rows.get("done", 0) + rows.get("queued", 0) == 1500, rows
+        if released[-1] > 0:
+            break
+    assert max(released) > 0, released
 
 
 def test_async_handlers_run_no_more_at_once_than_the_slots(app: fairq.App) -> None:
