@@ -56,15 +56,14 @@ WEIGHT_CHECK = "weight >= 0.001 AND weight <= 1000"
 # migration that replaces a function carries the new text in a folder of its own: point this
 # list at that file.
 FUNCTION_FILES = (
-    "0003_search_path_keys_bounds/vtime.sql",        # queue_vtime
-    "0003_search_path_keys_bounds/rate_limits.sql",  # token bucket, time spent throttled
-    "0003_search_path_keys_bounds/weights.sql",      # effective_weight, group factors
-    "0003_search_path_keys_bounds/settle.sql",       # claim_settle
-    "0005_worker_time/claim.sql",                    # claim_fair, wait_and_pick, claim_terms
-    "0003_search_path_keys_bounds/enqueue.sql",      # enqueue and the grants (enqueue_many below)
-    "0005_worker_time/slots.sql",                    # return_slots
-    "0004_lock_order/enqueue.sql",                   # enqueue_many
-    "0005_worker_time/decay.sql",                    # decay_usage
+    "0001_baseline/vtime.sql",        # queue_vtime
+    "0001_baseline/rate_limits.sql",  # token bucket, time spent throttled
+    "0001_baseline/weights.sql",      # effective_weight, group factors
+    "0001_baseline/settle.sql",       # claim_settle
+    "0001_baseline/claim.sql",        # claim_fair, wait_and_pick, claim_terms
+    "0001_baseline/enqueue.sql",      # enqueue, enqueue_many and their grants
+    "0001_baseline/slots.sql",        # return_slots
+    "0001_baseline/decay.sql",        # decay_usage
 )
 
 

@@ -31,14 +31,16 @@ FOLDER = "0001_baseline"
 # In the order they must be created: a sql function's body is checked against the functions it
 # calls when it is created; plpgsql bodies are not.
 FUNCTION_FILES = ("vtime.sql", "rate_limits.sql", "weights.sql", "settle.sql", "claim.sql",
-                  "enqueue.sql")
+                  "enqueue.sql", "slots.sql", "decay.sql")
 # Every function those files create, for the downgrade (identity arguments; {s} the schema).
 FUNCTIONS = (
     "enqueue(text, text, jsonb, text, timestamptz, int, float8, int, int, text)",
     "enqueue_many(text[], text[], jsonb[], text[], timestamptz[], float8[], int[], float8[], "
     "int[], int[], text[])",
-    "claim_fair(text, int, bool, bool, float8, bool, text)",
-    "wait_and_pick(text, int, bool, bool)",
+    "claim_fair(text, int, bool, bool, bool, float8, bool, text)",
+    "wait_and_pick(text, int, bool, bool, bool)",
+    "return_slots(text[], text[], int[], bool[], timestamptz[], float8[], int[], float8[])",
+    "decay_usage(text, float8)",
     "claim_terms({s}.tenant_schedule)",
     "claim_settle(text, bool, float8, float8, text, tid[], text[], int[], float8[], text[], "
     "tid[], text[])",
@@ -55,7 +57,7 @@ FUNCTIONS = (
     "tenant_tokens({s}.tenant_schedule)",
     "queue_vtime(text)",
 )
-TABLES = ("group_schedule", "tenant_groups", "periodic", "tenant_schedule", "settings",
+TABLES = ("workers", "group_schedule", "tenant_groups", "periodic", "tenant_schedule", "settings",
           "tenants", "jobs")
 
 # The jobs table churns: vacuum it after 1% of its rows died instead of PostgreSQL's 20%.
@@ -72,6 +74,9 @@ RATE_CHECK = ("rate IS NULL OR (rate >= 0.001 AND rate <= 1000000 AND burst >= 1
 # settings: every role reads it; a role other than the owner writes only the maintenance
 # stamps, never the tenant defaults.
 STAMP = "key LIKE 'maintenance:%'"
+# Times every client can decode.
+RUN_AT_CHECK = ("run_at >= '1970-01-01 00:00:00+00'::timestamptz "
+                "AND run_at < '9999-01-01 00:00:00+00'::timestamptz")
 
 
 def _schema() -> str:
@@ -123,6 +128,7 @@ def upgrade() -> None:
         sa.Column("finished_at", ts),
         sa.Column("result", postgresql.JSONB),
         sa.Column("key", sa.Text),
+        sa.Column("charged_s", sa.Float),
         sa.PrimaryKeyConstraint("id", name="jobs_pkey"),
         sa.CheckConstraint("status IN ('queued', 'running', 'done', 'failed', 'cancelled')",
                            name="jobs_status_check"),
@@ -132,6 +138,7 @@ def upgrade() -> None:
         sa.CheckConstraint("length(tenant) BETWEEN 1 AND 200", name="jobs_tenant_check"),
         sa.CheckConstraint("length(queue) BETWEEN 1 AND 200", name="jobs_queue_check"),
         sa.CheckConstraint("length(key) BETWEEN 1 AND 200", name="jobs_key_check"),
+        sa.CheckConstraint(RUN_AT_CHECK, name="jobs_run_at_check"),
         schema=s,
     )
     _execute(f"ALTER TABLE {q}.jobs SET ("
@@ -144,7 +151,7 @@ def upgrade() -> None:
                     postgresql_where=sa.text("status = 'queued' AND cost > 0"))
     op.create_index("jobs_lease_idx", "jobs", ["locked_until"], schema=s,
                     postgresql_where=sa.text("locked_until IS NOT NULL"))
-    op.create_index("jobs_key_idx", "jobs", ["task", "key"], unique=True, schema=s,
+    op.create_index("jobs_key_idx", "jobs", ["task", "tenant", "key"], unique=True, schema=s,
                     postgresql_where=sa.text(
                         "key IS NOT NULL AND status IN ('queued', 'running')"))
     op.create_index("jobs_finished_idx", "jobs", ["finished_at"], schema=s,
@@ -202,6 +209,7 @@ def upgrade() -> None:
         sa.Column("tenant_group", sa.Text),
         sa.Column("throttled_seconds", sa.Float, nullable=False, server_default=sa.text("0")),
         sa.Column("throttled_since", ts),
+        sa.Column("avg_run_s", sa.Float),
         sa.PrimaryKeyConstraint("queue", "tenant", name="tenant_schedule_pkey"),
         sa.CheckConstraint("running >= 0", name="tenant_schedule_running_check"),
         sa.CheckConstraint(WEIGHT_CHECK, name="tenant_schedule_weight_check"),
@@ -246,6 +254,21 @@ def upgrade() -> None:
         sa.Column("factor", sa.Float, nullable=False),
         sa.Column("refreshed_at", ts, nullable=False),
         sa.PrimaryKeyConstraint("queue", "tenant_group", name="group_schedule_pkey"),
+        sa.CheckConstraint("factor > 0 AND factor <= 1000000", name="group_schedule_factor_check"),
+        sa.CheckConstraint("refreshed_at < 'infinity'::timestamptz",
+                           name="group_schedule_refreshed_at_check"),
+        schema=s,
+    )
+    op.create_table(
+        "workers",
+        sa.Column("worker_id", sa.Text, nullable=False),
+        sa.Column("queues", postgresql.ARRAY(sa.Text), nullable=False),
+        sa.Column("policy", sa.Text, nullable=False),
+        sa.Column("beat_seconds", sa.Float, nullable=False),
+        sa.Column("started_at", ts, nullable=False, server_default=_now()),
+        sa.Column("seen_at", ts, nullable=False, server_default=_now()),
+        sa.PrimaryKeyConstraint("worker_id", name="workers_pkey"),
+        sa.CheckConstraint("beat_seconds > 0", name="workers_beat_seconds_check"),
         schema=s,
     )
 

@@ -45,7 +45,7 @@ done AS (
               greatest(1e-6::float8, coalesce(
                   i.run_s, extract(epoch FROM j.finished_at - j.started_at)::float8)) AS ran
 ),
--- The batch's tenants' slots given back by return_slots (alembic/versions/0004_lock_order/
+-- The batch's tenants' slots given back by return_slots (alembic/versions/0001_baseline/
 -- slots.sql): each tenant row written by a statement of its own, in (queue, tenant) order as
 -- every statement locks them, so no finish waits in a cycle with a claim, an enqueue or
 -- another finish. Same in the statements below. Policy time's charges are corrected there

@@ -103,20 +103,6 @@ def test_baseline_up_down_up(empty_dsn: str) -> None:
     assert drift(empty_dsn, "fairq") == []
 
 
-def test_the_worker_registry_migration_goes_down_and_up_alone(empty_dsn: str) -> None:
-    """0002 adds the workers table and nothing else; its downgrade drops just that."""
-    migrate.upgrade(empty_dsn, "fairq", "0002")
-    at_0002 = (tables(empty_dsn, "fairq"), functions(empty_dsn, "fairq"))
-    migrate.downgrade(empty_dsn, "fairq", "0001")
-    assert tables(empty_dsn, "fairq") == at_0002[0] - {"workers"}
-    assert functions(empty_dsn, "fairq") == at_0002[1]
-    migrate.upgrade(empty_dsn, "fairq", "0002")
-    assert (tables(empty_dsn, "fairq"), functions(empty_dsn, "fairq")) == at_0002
-    migrate.upgrade(empty_dsn, "fairq")
-    assert tables(empty_dsn, "fairq") == TABLES
-    assert drift(empty_dsn, "fairq") == []
-
-
 def functiondefs(dsn: str, schema: str) -> dict[tuple[str, str], str]:
     """Each function's whole definition (SET clauses, SECURITY DEFINER, body) and its grants,
     with the schema's name and NOTIFY channel taken out."""
@@ -166,53 +152,6 @@ def test_the_rate_limit_functions_are_inlined(dsn: str) -> None:
             "EXPLAIN VERBOSE SELECT " + ", ".join(f"fairq.{n}(ts)" for n in names)
             + " FROM fairq.tenant_schedule ts").fetchall())
     assert not [n for n in names if n in plan], plan
-
-
-def test_0003_downgrade_restores_what_was_there_before(empty_dsn: str) -> None:
-    """Down from 0003 to 0002, every function, constraint and index is the one before it again
-    (compared with a schema only ever migrated to 0002), and up again is 0003's."""
-    migrate.upgrade(empty_dsn, "fairq_base", "0002")
-    baseline = (functiondefs(empty_dsn, "fairq_base"), constraints(empty_dsn, "fairq_base"))
-    migrate.upgrade(empty_dsn, "fairq")
-    head = (functiondefs(empty_dsn, "fairq"), constraints(empty_dsn, "fairq"))
-    assert head != baseline
-    migrate.downgrade(empty_dsn, "fairq", "0002")
-    assert (functiondefs(empty_dsn, "fairq"), constraints(empty_dsn, "fairq")) == baseline
-    migrate.upgrade(empty_dsn, "fairq")
-    assert (functiondefs(empty_dsn, "fairq"), constraints(empty_dsn, "fairq")) == head
-    assert drift(empty_dsn, "fairq") == []
-
-
-def test_0003_moves_stored_times_into_range_and_drops_bad_factors(empty_dsn: str) -> None:
-    """Rows the baseline let in and 0003's constraints refuse: a run_at before 1970 (due
-    already) or past 9999 moves to the nearest end, a group factor out of range or stamped at
-    infinity goes (the next refresh recomputes it)."""
-    migrate.upgrade(empty_dsn, "fairq", "0002")
-    with psycopg.connect(empty_dsn) as conn:
-        for when in ("0044-03-15 BC", "10000-01-01 00:00:00+00", "2030-01-01 00:00:00+00"):
-            conn.execute("SELECT fairq.enqueue('t', 'a', run_at => %s::timestamptz)", (when,))
-        conn.execute("UPDATE fairq.jobs SET run_at = 'infinity' WHERE run_at > '9999-01-01'")
-        conn.execute("INSERT INTO fairq.group_schedule VALUES ('default', 'g1', 1e6, "
-                     "'infinity'), ('default', 'g2', 2e6, now()), ('default', 'g3', 0.5, now())")
-    migrate.upgrade(empty_dsn, "fairq")
-    with psycopg.connect(empty_dsn) as conn:
-        conn.execute("SET TIME ZONE 'UTC'")
-        times = [r[0] for r in conn.execute("SELECT run_at::text FROM fairq.jobs ORDER BY id")]
-        groups = conn.execute("SELECT tenant_group FROM fairq.group_schedule").fetchall()
-    assert times == ["1970-01-01 00:00:00+00", "9998-12-31 23:59:59.999999+00",
-                     "2030-01-01 00:00:00+00"]
-    assert groups == [("g3",)]
-
-
-def test_0003_downgrade_refuses_keys_two_tenants_share(dsn: str) -> None:
-    """Keys are per tenant from 0003: the baseline's index (per task) cannot hold two tenants'
-    jobs with one key, so the downgrade says so and changes nothing."""
-    with psycopg.connect(dsn) as conn:
-        for tenant in ("a", "b"):
-            conn.execute("SELECT fairq.enqueue('t', %s, key => 'k')", (tenant,))
-    with pytest.raises(Exception, match="two tenants have a queued or running job"):
-        migrate.downgrade(dsn, "fairq", "0002")
-    assert migrate.current(dsn, "fairq") == migrate.head()
 
 
 def test_upgrade_is_idempotent(empty_dsn: str) -> None:

@@ -18,7 +18,6 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import fairq
-from fairq import migrate
 from fairq.cli import main
 from fairq.policies import get_policy
 from fairq.store import Store
@@ -343,24 +342,6 @@ def test_worker_cannot_store_a_run_at_no_client_can_read(dsns: dict[str, str]) -
             sql(dsns["worker"], "UPDATE fairq.jobs SET run_at = %s::timestamptz WHERE id = %s",
                 (when, job_id))
     sql(dsns["owner"], "DELETE FROM fairq.jobs WHERE id = %s", (job_id,))
-
-
-def test_an_upgrade_moves_older_worker_grants_to_refresh_groups(dsns: dict[str, str]) -> None:
-    """A worker role given the baseline's grants (INSERT and DELETE on group_schedule) loses
-    them at the upgrade and may run refresh_groups instead: it goes on claiming."""
-    owner = dsns["owner"]
-    migrate.upgrade(owner, "fairq_up", "0001")
-    sql(owner, "GRANT USAGE ON SCHEMA fairq_up TO fq_worker; "
-               "GRANT SELECT, INSERT, DELETE ON fairq_up.group_schedule TO fq_worker")
-    assert not denied(dsns["worker"], "DELETE FROM fairq_up.group_schedule")
-    migrate.upgrade(owner, "fairq_up")
-    assert denied(dsns["worker"], "DELETE FROM fairq_up.group_schedule")
-    assert denied(dsns["worker"], "INSERT INTO fairq_up.group_schedule VALUES ('q', 'g', 1, now())")
-    assert sql(owner, "SELECT has_function_privilege('fq_worker', "
-                      "'fairq_up.refresh_groups(text)', 'EXECUTE'), "
-                      "has_function_privilege('fq_producer', "
-                      "'fairq_up.refresh_groups(text)', 'EXECUTE')") == [(True, False)]
-    sql(owner, "DROP SCHEMA fairq_up CASCADE")
 
 
 def test_worker_cannot_rewrite_the_tenant_defaults(dsns: dict[str, str]) -> None:

@@ -1,10 +1,16 @@
 -- The fair claim: claim_fair, which fairq/sql/claim.sql's claim_fair statement calls, and
 -- what it calls. {schema} is the quoted schema name.
+--
+-- Policy `time` (by_time) charges each job its tenant's expected run time in seconds
+-- (tenant_schedule.avg_run_s, a moving average of its measured run times kept by return_slots;
+-- 1 second before its first finish), in place of drr's cost or weighted's 1; the finish
+-- corrects the charge with the time the job ran (slots.sql). Each claimed job keeps its charge
+-- in jobs.charged_s (NULL under the other policies), so the correction is exact.
 
 -- A tenant's terms in a fair claim: its effective weight (eff_weight) and its room
 -- (claim_room). One call, so claim_fair stays within psycopg's statement cache limit.
-CREATE FUNCTION {schema}.claim_terms(s {schema}.tenant_schedule, OUT weight float8, OUT room int)
-LANGUAGE plpgsql STABLE AS $$
+CREATE OR REPLACE FUNCTION {schema}.claim_terms(s {schema}.tenant_schedule, OUT weight float8, OUT room int)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     weight := {schema}.eff_weight(s);
     room := {schema}.claim_room(s);
@@ -18,7 +24,8 @@ $$;
 -- it) and the batch, locked FOR UPDATE SKIP LOCKED in the claim's own transaction (the
 -- holder's jobs are locked, so skipped); none: the next tenant. Then it waits for the tenant's
 -- row, reads it as it is now, and returns as many of the picked jobs as fit, each with its
--- virtual time increment (cost and weight as the policy counts them) and `more`: the tenant
+-- virtual time increment (cost and weight as the policy counts them), its charge in seconds
+-- (by_time; else NULL) and `more`: the tenant
 -- has a due job left (one picked and not taken, or one after the last taken). No rows: nobody
 -- had a due job this claim could take.
 --
@@ -41,9 +48,11 @@ $$;
 -- of them is held the wait returns no rows; the claim comes back empty and the store's second
 -- statement (`wait`), holding nothing, waits again, for a tenant that has room in its newer
 -- snapshot.
-CREATE FUNCTION {schema}.wait_and_pick(q text, lim int, by_weight bool, by_cost bool)
-RETURNS TABLE (row_ tid, tenant text, vtime float8, inc float8, id bigint, more bool)
-LANGUAGE plpgsql VOLATILE AS $$
+CREATE FUNCTION {schema}.wait_and_pick(q text, lim int, by_weight bool, by_cost bool,
+                                      by_time bool)
+RETURNS TABLE (row_ tid, tenant text, vtime float8, inc float8, charge float8, id bigint,
+               more bool)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t text;
     ids bigint[];
@@ -75,14 +84,14 @@ BEGIN
         IF held THEN
             -- Holding a row: never wait for another.
             SELECT ts.ctid, ts.vtime, {schema}.eff_weight(ts) AS weight, ts.active,
-                   {schema}.claim_room(ts) AS room
+                   {schema}.claim_room(ts) AS room, coalesce(ts.avg_run_s, 1.0) AS run_s
             INTO r FROM {schema}.tenant_schedule ts
             WHERE ts.queue = q AND ts.tenant = t
             FOR NO KEY UPDATE OF ts SKIP LOCKED;
         ELSE
             -- Waits for the claim or finish holding the row, then reads it as it is now.
             SELECT ts.ctid, ts.vtime, {schema}.eff_weight(ts) AS weight, ts.active,
-                   {schema}.claim_room(ts) AS room
+                   {schema}.claim_room(ts) AS room, coalesce(ts.avg_run_s, 1.0) AS run_s
             INTO r FROM {schema}.tenant_schedule ts
             WHERE ts.queue = q AND ts.tenant = t
             FOR NO KEY UPDATE OF ts;
@@ -104,8 +113,9 @@ BEGIN
                   AND j.status = 'queued' AND j.run_at <= now() AND j.priority < l.priority);
             RETURN QUERY
                 SELECT r.ctid, t, r.vtime,
-                       CASE WHEN by_cost THEN j.cost ELSE 1.0 END
+                       CASE WHEN by_time THEN r.run_s WHEN by_cost THEN j.cost ELSE 1.0 END
                        / CASE WHEN by_weight THEN r.weight ELSE 1.0 END,
+                       CASE WHEN by_time THEN r.run_s END,
                        j.id, more
                 FROM {schema}.jobs j WHERE j.id = ANY (ids[1:n]);
             RETURN;
@@ -126,8 +136,11 @@ $$;
 -- Snapshots: each statement of a VOLATILE function takes a new one. What the walk and the picks
 -- decide rests on the rows they lock, which a newer snapshot does not change; claim_settle runs
 -- after this claim's UPDATE of its jobs.
-CREATE FUNCTION {schema}.claim_fair(q text, lim int, by_weight bool, by_cost bool, win float8,
-                                    waiting bool, wk text)
+--
+-- by_time: each job counts its tenant's expected run time (avg_run_s, 1 s unknown) and the
+-- window is `win` jobs of the first runnable tenant, in seconds.
+CREATE FUNCTION {schema}.claim_fair(q text, lim int, by_weight bool, by_cost bool, by_time bool,
+                                    win float8, waiting bool, wk text)
 -- It returns the claimed jobs' columns by name, not the jobs table's row type: a plpgsql
 -- function caches the row type its statements were first planned with, and a later migration
 -- that adds a column to jobs would then break every claim of a running worker ("structure of
@@ -136,7 +149,7 @@ CREATE FUNCTION {schema}.claim_fair(q text, lim int, by_weight bool, by_cost boo
 RETURNS TABLE (id bigint, queue text, tenant text, task text, payload jsonb, attempts int,
                max_attempts int, lease_seconds int, priority smallint, cost float8,
                run_at timestamptz, started_at timestamptz, locked_until timestamptz)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     -- The runnable tenants up to the reach, in (vtime, tenant) order, each locked as a FETCH
@@ -152,7 +165,8 @@ DECLARE
                         WHERE g.queue = ts.queue
                           AND g.tenant_group = coalesce(ts.tenant_group, 'default')))
                     ELSE 1.0 END,
-               {schema}.claim_room(ts)
+               {schema}.claim_room(ts),
+               CASE WHEN by_time THEN coalesce(ts.avg_run_s, 1.0) ELSE 1.0 END
         FROM {schema}.tenant_schedule ts
         WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running AND ts.vtime <= hi_
         ORDER BY ts.vtime, ts.tenant
@@ -163,6 +177,7 @@ DECLARE
     sl_tenants text[] := '{}';
     sl_weights float8[] := '{}';
     sl_rooms int[] := '{}';
+    sl_runs float8[] := '{}';
     sl int := 0;
     hi float8;
     -- the candidate in hand
@@ -171,12 +186,14 @@ DECLARE
     t_vtime float8;
     t_w float8;
     t_room int;
+    t_run float8;
     c float8;
     n int;
     ids bigint[];
     units float8;
     more bool;
     all_ids bigint[] := '{}';
+    all_charges float8[] := '{}';
     s_rows tid[] := '{}';
     s_tenants text[] := '{}';
     s_n int[] := '{}';
@@ -196,15 +213,19 @@ BEGIN
                          FOR NO KEY UPDATE OF s SKIP LOCKED);
         IF cardinality(sl_rows) > 0 THEN
             SELECT array_agg(x.ctid ORDER BY x.tenant), array_agg(x.tenant ORDER BY x.tenant),
-                   array_agg(x.weight ORDER BY x.tenant), array_agg(x.room ORDER BY x.tenant)
-            INTO sl_rows, sl_tenants, sl_weights, sl_rooms
-            FROM (SELECT s.ctid, s.tenant, ({schema}.claim_terms(s)).*  -- weight, room
+                   array_agg(x.weight ORDER BY x.tenant), array_agg(x.room ORDER BY x.tenant),
+                   array_agg(x.run_s ORDER BY x.tenant)
+            INTO sl_rows, sl_tenants, sl_weights, sl_rooms, sl_runs
+            FROM (SELECT s.ctid, s.tenant, coalesce(s.avg_run_s, 1.0) AS run_s,
+                         ({schema}.claim_terms(s)).*  -- weight, room
                   FROM {schema}.tenant_schedule s WHERE s.ctid = ANY (sl_rows)) x;
         END IF;
-        -- 2. The walk's reach: one window of virtual time past the first runnable tenant.
-        SELECT ts.vtime + win INTO hi FROM {schema}.tenant_schedule ts
+        -- 2. The walk's reach: one window of virtual time past the first runnable tenant
+        -- (by_time: `win` of its expected run times).
+        SELECT ts.vtime + win * CASE WHEN by_time THEN coalesce(ts.avg_run_s, 1.0) ELSE 1.0 END
+        INTO hi FROM {schema}.tenant_schedule ts
         WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running
-        ORDER BY ts.vtime LIMIT 1;
+        ORDER BY ts.vtime, ts.tenant LIMIT 1;
         -- 3. The candidates, the sleepers with room and then the walk, until the batch is full.
         WHILE took < lim LOOP
             IF NOT walking THEN
@@ -223,14 +244,16 @@ BEGIN
                 t_vtime := NULL;
                 t_w := CASE WHEN by_weight THEN sl_weights[sl] ELSE 1.0 END;
                 t_room := sl_rooms[sl];
+                t_run := CASE WHEN by_time THEN sl_runs[sl] ELSE 1.0 END;
             ELSE
-                FETCH walk INTO t_row, t_tenant, t_vtime, t_w, t_room;
+                FETCH walk INTO t_row, t_tenant, t_vtime, t_w, t_room, t_run;
                 EXIT WHEN NOT FOUND;
             END IF;
             -- 4. Its due jobs that start within the window: each counts 1/w of virtual time
-            -- (drr: its first due job's cost / w), at least one, up to its room; in the queue's
-            -- order, locked SKIP LOCKED, no more than the batch has room for.
-            c := 1.0;
+            -- (drr: its first due job's cost / w; time: its expected run time / w), at least
+            -- one, up to its room; in the queue's order, locked SKIP LOCKED, no more than the
+            -- batch has room for. A sleeper counts a whole window of its own jobs.
+            c := t_run;
             IF by_cost THEN
                 SELECT f.cost INTO c FROM {schema}.jobs f
                 WHERE f.queue = q AND f.tenant = t_tenant
@@ -238,10 +261,11 @@ BEGIN
                 ORDER BY f.priority DESC, f.run_at, f.id LIMIT 1;
             END IF;
             n := least(t_room, greatest(1.0, coalesce(
-                     floor(coalesce(hi - t_vtime, win) * t_w / c) + 1, t_room)))::int;
+                     floor(coalesce(hi - t_vtime, win * t_run) * t_w / c) + 1, t_room)))::int;
             -- An ARRAY subquery, cheaper at every tenant walked than aggregating the picked
-            -- rows. Each job counts 1, so the units are the count; drr sums its jobs' costs
-            -- with one aggregate. The check below reads the last job's key by id.
+            -- rows. Each job counts c (1, or time's expected run time), so the units are the
+            -- count times c; drr sums its jobs' costs with one aggregate. The check below
+            -- reads the last job's key by id.
             IF by_cost THEN
                 SELECT coalesce(array_agg(p.id), '{}'), sum(p.cost) INTO ids, units
                 FROM (SELECT pj.id, pj.cost FROM {schema}.jobs pj
@@ -257,7 +281,7 @@ BEGIN
                              ORDER BY pj.priority DESC, pj.run_at, pj.id
                              LIMIT least(n, lim - took)
                              FOR UPDATE OF pj SKIP LOCKED);
-                units := cardinality(ids);
+                units := cardinality(ids) * c;
             END IF;
             IF cardinality(ids) = 0 THEN
                 -- Walked past (nothing due, every due job held by another claim, or no room):
@@ -270,6 +294,9 @@ BEGIN
             END IF;
             took := took + cardinality(ids);
             all_ids := all_ids || ids;
+            IF by_time THEN
+                all_charges := all_charges || array_fill(c, ARRAY[cardinality(ids)]);
+            END IF;
             s_rows := s_rows || t_row;
             s_tenants := s_tenants || t_tenant;
             s_n := s_n || cardinality(ids);
@@ -311,9 +338,9 @@ BEGIN
         -- (above) picks the due jobs of the first runnable tenant, waits for its row and says
         -- whether a due job is left; it serves one tenant.
         SELECT array_agg(h.id), (array_agg(h.row_))[1], (array_agg(h.tenant))[1],
-               count(*)::int, sum(h.inc), bool_or(h.more)
-        INTO ids, t_row, t_tenant, n, units, more
-        FROM {schema}.wait_and_pick(q, lim, by_weight, by_cost) h;
+               count(*)::int, sum(h.inc), bool_or(h.more), array_agg(h.charge)
+        INTO ids, t_row, t_tenant, n, units, more, all_charges
+        FROM {schema}.wait_and_pick(q, lim, by_weight, by_cost, by_time) h;
         IF ids IS NOT NULL THEN
             took := cardinality(ids);
             all_ids := ids;
@@ -332,7 +359,9 @@ BEGIN
         RETURN QUERY
         UPDATE {schema}.jobs cj
         SET status = 'running', attempts = cj.attempts + 1, started_at = now(),
-            locked_until = now() + make_interval(secs => cj.lease_seconds), locked_by = wk
+            locked_until = now() + make_interval(secs => cj.lease_seconds), locked_by = wk,
+            -- what the finish corrects with the time the job ran (NULL: not charged by time)
+            charged_s = CASE WHEN by_time THEN all_charges[array_position(all_ids, cj.id)] END
         WHERE cj.id = ANY (all_ids)
         RETURNING cj.id, cj.queue, cj.tenant, cj.task, cj.payload, cj.attempts, cj.max_attempts,
                   cj.lease_seconds, cj.priority, cj.cost, cj.run_at, cj.started_at,

@@ -13,10 +13,12 @@
 
 -- Enqueue many jobs in one call; returns their ids in input order. `tenants` and `payloads`
 -- have one element per job; every other array has one element per job or a single element
--- that every job shares (NULL: the default). `delays` are seconds added to the database clock,
--- for jobs without a run_at. A job whose `keys` element is set is not inserted while a job
--- with the same task and key is queued or running: that job's id is returned instead.
-CREATE FUNCTION {schema}.enqueue_many(
+-- that every job shares (NULL: the default); every array is one-dimensional, subscripted from
+-- 1. `delays` are seconds added to the database clock, for jobs without a run_at; a run_at is
+-- between 1970-01-01 and 9999-01-01 UTC (jobs_run_at_check). A job whose `keys` element is set
+-- is not inserted while a job of the same tenant with the same task and key is queued or
+-- running: that job's id is returned instead (keys are per tenant: jobs_key_idx).
+CREATE OR REPLACE FUNCTION {schema}.enqueue_many(
     tasks text[], tenants text[], payloads jsonb[] DEFAULT NULL, queues text[] DEFAULT NULL,
     run_ats timestamptz[] DEFAULT NULL, delays float8[] DEFAULT NULL,
     priorities int[] DEFAULT NULL, costs float8[] DEFAULT NULL,
@@ -32,6 +34,9 @@ DECLARE
     keyed bool := EXISTS (SELECT FROM unnest(keys) k WHERE k IS NOT NULL);
     todo bool[];
     attempt int := 0;
+    w_queues text[];
+    w_tenants text[];
+    w_runs timestamptz[];
 BEGIN
     IF n = 0 THEN
         RETURN '{}';
@@ -40,6 +45,26 @@ BEGIN
     -- first that fails gives the message. coalesce evaluates its arguments in order and stops
     -- at the first that is not null.
     SELECT coalesce(
+        -- Every array one-dimensional from subscript 1: the code below reads tasks[1] and
+        -- unnests them side by side, which a 2-D array or other bounds would silently defeat.
+        (SELECT a.name || CASE WHEN a.dims > 1
+                    THEN ' must be a one-dimensional array, not ' || a.dims || '-dimensional'
+                    ELSE ' must be subscripted from 1, not from ' || a.lo END
+         FROM (VALUES
+             ('tasks', array_ndims(tasks), array_lower(tasks, 1)),
+             ('tenants', array_ndims(tenants), array_lower(tenants, 1)),
+             ('payloads', array_ndims(payloads), array_lower(payloads, 1)),
+             ('queues', array_ndims(queues), array_lower(queues, 1)),
+             ('run_ats', array_ndims(run_ats), array_lower(run_ats, 1)),
+             ('delays', array_ndims(delays), array_lower(delays, 1)),
+             ('priorities', array_ndims(priorities), array_lower(priorities, 1)),
+             ('costs', array_ndims(costs), array_lower(costs, 1)),
+             ('max_attempts', array_ndims(enqueue_many.max_attempts),
+              array_lower(enqueue_many.max_attempts, 1)),
+             ('lease_seconds', array_ndims(enqueue_many.lease_seconds),
+              array_lower(enqueue_many.lease_seconds, 1)),
+             ('keys', array_ndims(keys), array_lower(keys, 1))
+         ) AS a(name, dims, lo) WHERE a.dims > 1 OR a.lo <> 1 LIMIT 1),
         -- Every array: NULL, one element (shared) or one per job.
         (SELECT a.name || ' must have 1 element or one per tenant (' || n || ')'
          FROM (VALUES
@@ -73,8 +98,10 @@ BEGIN
          FROM unnest(enqueue_many.lease_seconds) l WHERE l NOT BETWEEN 1 AND 86400 LIMIT 1),
         (SELECT 'delay must be between 0 and 315360000 seconds, not ' || d
          FROM unnest(delays) d WHERE NOT (d >= 0 AND d <= 315360000) LIMIT 1),
-        (SELECT 'run_at must be a finite time, not ' || r
-         FROM unnest(run_ats) r WHERE NOT isfinite(r) LIMIT 1),
+        -- The range every client shares (fairq.validation): times a client can decode.
+        (SELECT 'run_at must be between 1970-01-01 and 9999-01-01 UTC'
+         FROM unnest(run_ats) r
+         WHERE NOT (r >= '1970-01-01 00:00:00+00' AND r < '9999-01-01 00:00:00+00') LIMIT 1),
         (SELECT 'give run_at or delay, not both'
          WHERE EXISTS (SELECT FROM unnest(run_ats) r WHERE r IS NOT NULL)
            AND EXISTS (SELECT FROM unnest(delays) d WHERE d IS NOT NULL)),
@@ -156,7 +183,8 @@ BEGIN
                    coalesce(i.run_at, now() + make_interval(secs => coalesce(i.delay, 0))),
                    i.max_attempts, i.lease_seconds, i.key
             FROM input i WHERE i.key IS NOT NULL ORDER BY i.ord
-            ON CONFLICT (task, key) WHERE key IS NOT NULL AND status IN ('queued', 'running')
+            ON CONFLICT (task, tenant, key)
+                WHERE key IS NOT NULL AND status IN ('queued', 'running')
             DO NOTHING
             RETURNING j.id, j.queue, j.tenant, j.run_at, j.key
         ),
@@ -198,48 +226,59 @@ BEGIN
                 WHERE ts.queue = p.queue AND ts.tenant = p.tenant
                 FOR KEY SHARE OF ts) x
         ),
-        -- Only idle tenants are written: a busy tenant's row is left to the claimers.
-        woken AS (
-            UPDATE {schema}.tenant_schedule ts
-            SET active = p.first_run <= now(),
-                vtime = CASE WHEN p.first_run <= now() THEN {schema}.queue_vtime(ts.queue)
-                             ELSE ts.vtime END,
-                wake_at = CASE WHEN p.first_run <= now() THEN NULL
-                               ELSE least(ts.wake_at, p.first_run) END
-            FROM seen s JOIN per_tenant p USING (queue, tenant)
-            WHERE ts.queue = s.queue AND ts.tenant = s.tenant AND NOT s.active
-              AND (p.first_run <= now() OR s.wake_at IS NULL OR p.first_run < s.wake_at)
-            RETURNING ts.queue
-        ),
         notified AS (
             SELECT count(pg_notify({channel}, q.queue)) AS sent
             FROM (SELECT DISTINCT p.queue FROM per_tenant p WHERE p.first_run <= now()) q
         )
-        -- The jobs without a key got their ids in input order (only keyed ones can be skipped).
-        SELECT (SELECT array_agg(plain.id ORDER BY plain.id) FROM plain)
-        INTO new_ids
-        FROM notified, (SELECT (SELECT count(*) FROM new_tenants)
-                               + (SELECT count(*) FROM woken) AS touched) t;
+        -- The jobs without a key got their ids in input order (only keyed ones can be skipped);
+        -- the idle tenants to wake, in (queue, tenant) order (those that stay idle only when
+        -- their new first job is earlier than their wake-up).
+        SELECT (SELECT array_agg(plain.id ORDER BY plain.id) FROM plain),
+               w.queues, w.tenants, w.runs
+        INTO new_ids, w_queues, w_tenants, w_runs
+        FROM notified, (SELECT count(*) AS touched FROM new_tenants) t,
+             (SELECT array_agg(s.queue ORDER BY s.queue, s.tenant) AS queues,
+                     array_agg(s.tenant ORDER BY s.queue, s.tenant) AS tenants,
+                     array_agg(p.first_run ORDER BY s.queue, s.tenant) AS runs
+              FROM seen s JOIN per_tenant p USING (queue, tenant)
+              WHERE NOT s.active
+                AND (p.first_run <= now() OR s.wake_at IS NULL OR p.first_run < s.wake_at)) w;
+        -- Only idle tenants are written (a busy tenant's row is left to the claimers), each by
+        -- a statement of its own, in (queue, tenant) order as every statement locks them, with
+        -- a snapshot taken after the lock above: an UPDATE in the inserting statement would
+        -- reach a row it holds through the older version its snapshot sees, and wait there
+        -- behind a claim or finish queued on that version for this transaction (a deadlock).
+        FOR i IN 1 .. coalesce(cardinality(w_tenants), 0) LOOP
+            UPDATE {schema}.tenant_schedule ts
+            SET active = w_runs[i] <= now(),
+                vtime = CASE WHEN w_runs[i] <= now() THEN {schema}.queue_vtime(ts.queue)
+                             ELSE ts.vtime END,
+                wake_at = CASE WHEN w_runs[i] <= now() THEN NULL
+                               ELSE least(ts.wake_at, w_runs[i]) END
+            WHERE ts.queue = w_queues[i] AND ts.tenant = w_tenants[i] AND NOT ts.active
+              AND (w_runs[i] <= now() OR ts.wake_at IS NULL OR w_runs[i] < ts.wake_at);
+        END LOOP;
         IF NOT keyed THEN
             RETURN new_ids;
         END IF;
         -- Each job: its id from an earlier round, else (no key) the next of new_ids, else (a
-        -- key) the live job with its task and key, inserted by this round or not. A fresh
+        -- key) the live job of its tenant with its task and key, inserted by this round or not. A fresh
         -- snapshot: it sees the concurrent producer's job that made ours conflict, once that
         -- committed. No joins between the inputs: index probes and array subscripts only.
         SELECT array_agg(CASE WHEN r.id IS NOT NULL THEN r.id
                               WHEN r.key IS NULL THEN new_ids[r.k]
                               ELSE (SELECT j.id FROM {schema}.jobs j
-                                    WHERE j.task = r.task AND j.key = r.key
+                                    WHERE j.task = r.task AND j.tenant = r.tenant
+                                      AND j.key = r.key
                                       AND j.status IN ('queued', 'running')) END
                          ORDER BY r.ord)
         INTO out_ids
-        FROM (SELECT g.ord, g.id, g.task, g.key,
+        FROM (SELECT g.ord, g.id, g.task, g.tenant, g.key,
                      count(*) FILTER (WHERE g.key IS NULL AND g.id IS NULL)
                          OVER (ORDER BY g.ord) AS k
               FROM (SELECT s.ord, out_ids[s.ord] AS id,
                            CASE WHEN cardinality(tasks) = 1 THEN tasks[1] ELSE tasks[s.ord] END
-                               AS task,
+                               AS task, tenants[s.ord] AS tenant,
                            CASE WHEN cardinality(keys) = 1 THEN keys[1] ELSE keys[s.ord] END AS key
                     FROM generate_series(1, n) AS s(ord)) g) r;
         todo := (SELECT array_agg(x IS NULL ORDER BY o) FROM unnest(out_ids) WITH ORDINALITY AS u(x, o));
@@ -247,16 +286,16 @@ BEGIN
             RETURN out_ids;
         END IF;
         IF attempt >= 10 THEN
-            RAISE EXCEPTION 'fairq: a job with the same task and key kept finishing; try again'
+            RAISE EXCEPTION 'fairq: a job of the same tenant with the same task and key kept finishing; try again'
                 USING ERRCODE = '40001';
         END IF;
     END LOOP;
 END
 $$;
 
--- Enqueue one job; returns its id (or, with a key, the id of the live job with this task and
--- key). The defaults are App.enqueue's for a task it does not know.
-CREATE FUNCTION {schema}.enqueue(
+-- Enqueue one job; returns its id (or, with a key, the id of the tenant's live job with this
+-- task and key). The defaults are App.enqueue's for a task it does not know.
+CREATE OR REPLACE FUNCTION {schema}.enqueue(
     task text, tenant text, payload jsonb DEFAULT '{}', queue text DEFAULT 'default',
     run_at timestamptz DEFAULT NULL, priority int DEFAULT 0, cost float8 DEFAULT 1,
     max_attempts int DEFAULT 5, lease_seconds int DEFAULT 300, key text DEFAULT NULL

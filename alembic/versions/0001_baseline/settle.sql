@@ -25,12 +25,12 @@
 -- none); the tenants it served (their rows, names, jobs taken, virtual time added), those that
 -- looked empty in the claim's snapshot, and the sleepers it locked, woken here at V. Returns
 -- how many tenants it retired.
-CREATE FUNCTION {schema}.claim_settle(
+CREATE OR REPLACE FUNCTION {schema}.claim_settle(
     q text, walked_all bool, reach float8, stop_vtime float8, stop_tenant text,
     served_rows tid[], served_tenants text[], served_jobs int[], served_vtime float8[],
     emptied text[], sleeper_rows tid[], sleeper_tenants text[]
 ) RETURNS int
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v float8;
     dry text[];

@@ -5,8 +5,8 @@
 -- active tenant is at its cap, the maximum of theirs; if no tenant is active, 0. So an idle
 -- tenant comes back with neither credit nor debt, and an idle queue starts afresh.
 -- The one definition of it: every statement that activates a tenant calls this.
-CREATE FUNCTION {schema}.queue_vtime(q text) RETURNS float8
-LANGUAGE plpgsql STABLE AS $$
+CREATE OR REPLACE FUNCTION {schema}.queue_vtime(q text) RETURNS float8
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v float8;
 BEGIN
