@@ -62,7 +62,7 @@ FUNCTION_FILES = (
     "0001_baseline/settle.sql",       # claim_settle
     "0001_baseline/claim.sql",        # claim_fair, wait_and_pick, claim_terms
     "0001_baseline/enqueue.sql",      # enqueue, enqueue_many and their grants
-    "0001_baseline/slots.sql",        # return_slots
+    "0001_baseline/slots.sql",        # return_slots, the slot returns' folds
     "0001_baseline/decay.sql",        # decay_usage
 )
 
@@ -328,6 +328,25 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
               postgresql_where=text("NOT active AND wake_at IS NOT NULL")),
         Index("tenant_schedule_due_idx", "queue", "wake_at",
               postgresql_where=text("NOT active AND wake_at IS NOT NULL")),
+    )
+    # Slots given back by finishes that found their tenant's row held (by a claim, mostly):
+    # the tenant's running count is `running` minus these until whoever holds the row next
+    # folds them in (slots.sql). `capped`: the tenant was at its cap when the slot came back, so
+    # the next claim of the queue folds it first (the tenant is not in the runnable index).
+    Table(
+        "slot_returns",
+        md,
+        Column("queue", Text, nullable=False),
+        Column("tenant", Text, nullable=False),
+        Column("n", Integer, nullable=False),
+        Column("corr", Float, nullable=False, server_default=text("0")),
+        Column("runs", Integer, nullable=False, server_default=text("0")),
+        Column("run_sum", Float, nullable=False, server_default=text("0")),
+        Column("capped", Boolean, nullable=False, server_default=text("false")),
+        Column("at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        CheckConstraint("n >= 0", name="slot_returns_n_check"),
+        Index("slot_returns_tenant_idx", "queue", "tenant"),
+        Index("slot_returns_capped_idx", "queue", postgresql_where=text("capped")),
     )
     # Periodic schedules declared in code (App.periodic): the last tick enqueued per (name,
     # tenant). A tick is claimed by a conditional UPDATE in the transaction that enqueues it.

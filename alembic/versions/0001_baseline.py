@@ -40,6 +40,13 @@ FUNCTIONS = (
     "claim_fair(text, int, bool, bool, bool, float8, bool, text)",
     "wait_and_pick(text, int, bool, bool, bool)",
     "return_slots(text[], text[], int[], bool[], timestamptz[], float8[], int[], float8[])",
+    "returns_lock(text, text)",
+    "fold_returns(text[], text[])",
+    "run_average(float8, int, float8)",
+    "fold_capped(text)",
+    "fold_stale_returns(float8)",
+    "settle_capped(text[], text[])",
+    "tenant_running({s}.tenant_schedule)",
     "decay_usage(text, float8)",
     "claim_terms({s}.tenant_schedule)",
     "claim_settle(text, bool, float8, float8, text, tid[], text[], int[], float8[], text[], "
@@ -57,8 +64,8 @@ FUNCTIONS = (
     "tenant_tokens({s}.tenant_schedule)",
     "queue_vtime(text)",
 )
-TABLES = ("workers", "group_schedule", "tenant_groups", "periodic", "tenant_schedule", "settings",
-          "tenants", "jobs")
+TABLES = ("workers", "group_schedule", "tenant_groups", "periodic", "slot_returns",
+          "tenant_schedule", "settings", "tenants", "jobs")
 
 # The jobs table churns: vacuum it after 1% of its rows died instead of PostgreSQL's 20%.
 JOBS_STORAGE = {
@@ -225,6 +232,25 @@ def upgrade() -> None:
                     postgresql_where=sa.text("NOT active AND wake_at IS NOT NULL"))
     op.create_index("tenant_schedule_due_idx", "tenant_schedule", ["queue", "wake_at"],
                     schema=s, postgresql_where=sa.text("NOT active AND wake_at IS NOT NULL"))
+
+    # Slots given back while their tenant's row was held (by a claim, mostly): folded into
+    # tenant_schedule.running by whoever holds the row next (slots.sql).
+    op.create_table(
+        "slot_returns",
+        sa.Column("queue", sa.Text, nullable=False),
+        sa.Column("tenant", sa.Text, nullable=False),
+        sa.Column("n", sa.Integer, nullable=False),
+        sa.Column("corr", sa.Float, nullable=False, server_default=sa.text("0")),
+        sa.Column("runs", sa.Integer, nullable=False, server_default=sa.text("0")),
+        sa.Column("run_sum", sa.Float, nullable=False, server_default=sa.text("0")),
+        sa.Column("capped", sa.Boolean, nullable=False, server_default=sa.text("false")),
+        sa.Column("at", ts, nullable=False, server_default=_now()),
+        sa.CheckConstraint("n >= 0", name="slot_returns_n_check"),
+        schema=s,
+    )
+    op.create_index("slot_returns_tenant_idx", "slot_returns", ["queue", "tenant"], schema=s)
+    op.create_index("slot_returns_capped_idx", "slot_returns", ["queue"], schema=s,
+                    postgresql_where=sa.text("capped"))
 
     op.create_table(
         "periodic",

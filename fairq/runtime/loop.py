@@ -40,6 +40,7 @@ from fairq.runtime.maintenance import (
     PeriodicScheduler,
     Pruner,
     Reaper,
+    ReturnsSweep,
     ScheduleVacuum,
     Service,
     StrandedWaker,
@@ -213,6 +214,7 @@ class Worker:
             DueWaker(store, s.wake_interval),
             StrandedWaker(store, s.stranded_interval),
             VtimeRebase(store),
+            ReturnsSweep(store),
             ScheduleVacuum(store, s.vacuum_interval),
         ]
         if s.prune_after is not None:

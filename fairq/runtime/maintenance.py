@@ -132,6 +132,25 @@ class StrandedWaker:
 
 
 @dataclass
+class ReturnsSweep:
+    """Folds slots given back to tenants that no claim has served since (an idle tenant's last
+    jobs) into their running counts, so the counts the claims read stay close to the truth.
+
+    A finish that finds its tenant's row held leaves the slot in ``slot_returns`` (the
+    ``return_slots`` function) for whoever holds the row next; a tenant with no due job is not
+    served again, so its last slots would wait there until it has work.
+    """
+
+    store: Store
+    interval: float = 1.0
+    age: float = 1.0
+    key: str = "fold_returns"
+
+    def run_once(self) -> int:
+        return self.store.fold_stale_returns(self.age)
+
+
+@dataclass
 class VtimeRebase:
     """Keeps virtual times small, so increments are never lost to float rounding."""
 

@@ -12,7 +12,10 @@
 -- the queue alone, quadratic in the tenants of a queue.) Short names: the text must stay under
 -- psycopg's 4 KiB query cache with a 63-character schema name.
 WITH r AS MATERIALIZED (
-    SELECT ts.queue, ts.tenant, ts.vtime, ts.active, ts.running, ts.max_running, ts.rate,
+    SELECT ts.queue, ts.tenant, ts.vtime, ts.active, ts.running - (
+               SELECT coalesce(sum(x.n), 0) FROM {schema}.slot_returns x
+               WHERE x.queue = ts.queue AND x.tenant = ts.tenant)::int AS running,
+           ts.max_running, ts.rate,
            coalesce(ts.tenant_group, 'default') AS tenant_group,
            (%(tenant)s::text IS NULL OR ts.tenant = %(tenant)s::text) AS asked,
            {schema}.tenant_dry(ts) AS dry, {schema}.token_due(ts) AS token_due,

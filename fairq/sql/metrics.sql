@@ -62,7 +62,8 @@ WITH backlog AS (
     GROUP BY j.queue, j.tenant
 ),
 tenants AS MATERIALIZED (
-    SELECT ts.queue, ts.tenant, ts.weight, ts.max_running, ts.running, ts.claimed_total,
+    SELECT ts.queue, ts.tenant, ts.weight, ts.max_running,
+           ts.running - coalesce(sr.n, 0) AS running, ts.claimed_total,
            coalesce(b.queued, 0) AS queued, coalesce(b.runnable, 0) AS runnable,
            coalesce(b.oldest_age, 0)::float8 AS oldest_age,
            ts.rate,
@@ -76,6 +77,9 @@ tenants AS MATERIALIZED (
            coalesce(b.runnable, 0) > 0 AND ts.max_running > 0 AS backlogged
     FROM {schema}.tenant_schedule ts
     LEFT JOIN backlog b ON b.queue = ts.queue AND b.tenant = ts.tenant
+    -- slots given back but not yet folded into `running` (slots.sql)
+    LEFT JOIN (SELECT r.queue, r.tenant, sum(r.n) AS n FROM {schema}.slot_returns r
+               GROUP BY r.queue, r.tenant) sr ON sr.queue = ts.queue AND sr.tenant = ts.tenant
     LEFT JOIN {schema}.tenant_groups tg ON tg.tenant_group = coalesce(ts.tenant_group, 'default')
 ),
 group_sums AS (

@@ -88,6 +88,8 @@ known AS (
                NULL::int AS max_running, NULL::float8 AS rate, NULL::int AS burst,
                NULL::text AS tenant_group
         FROM {schema}.tenant_schedule ts
+        UNION ALL  -- slots given back but not yet folded into `running` (slots.sql)
+        SELECT r.tenant, false, -r.n, NULL, NULL, NULL, NULL, NULL FROM {schema}.slot_returns r
         UNION ALL
         SELECT t.tenant, true, 0, t.weight, t.max_running, t.rate, t.burst, t.tenant_group
         FROM {schema}.tenants t

@@ -213,6 +213,14 @@ class Store(StoreSessions):
             cur.execute(self.statement("rebase_vtime"), {"threshold": float(threshold)})
             return len(cur.fetchall())
 
+    def fold_stale_returns(self, age: float) -> int:
+        """Fold the slots given back over ``age`` seconds ago into their tenants' rows (those it
+        can lock at once); rows written."""
+        with self.cursor() as cur:
+            cur.execute(self.statement("fold_stale_returns"), {"age": float(age)})
+            row = cur.fetchone()
+            return int(row["n"]) if row else 0
+
     def decay_usage(self, queues: Sequence[str], factor: float) -> int:
         """Keep ``factor`` (in (0, 1]) of each active tenant's lead in virtual time over its
         queue's, in ``queues``; rows changed."""

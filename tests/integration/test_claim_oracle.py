@@ -417,7 +417,8 @@ def make_machine(stores: list[Store], conn: psycopg.Connection[Any], policy_name
             if not hasattr(self, "jobs"):
                 return
             sched = {t: (r, m) for t, r, m in rows(
-                "SELECT tenant, running, max_running FROM fairq.tenant_schedule WHERE queue = %s",
+                "SELECT tenant, fairq.tenant_running(ts), max_running "
+                "FROM fairq.tenant_schedule ts WHERE queue = %s",
                 (self.queue,))}
             real = self.running_counts()
             orphans = sorted(set(real) - set(sched))

@@ -103,7 +103,8 @@ def make_machine(store: Store, pair: tuple[Store, Store],
                                     min_size=len(TENANTS), max_size=len(TENANTS)))
         def reset(self, limits: list[tuple[float | None, int]], groups: list[str | None]) -> None:
             """A fresh queue whose tenants start with a random rate limit and group."""
-            rows("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.tenants, fairq.tenant_groups, "
+            rows("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.slot_returns, fairq.tenants, "
+                 "fairq.tenant_groups, "
                  "fairq.group_schedule RESTART IDENTITY")
             store.set_tenants([], defaults=(1.0, 10))
             self.conf: dict[str, TenantConfig] = {}
@@ -235,9 +236,9 @@ def make_machine(store: Store, pair: tuple[Store, Store],
             if not hasattr(self, "held"):
                 return
             counts = {t: r for t, r, _ in rows(
-                "SELECT ts.tenant, ts.running, (SELECT count(*) FROM fairq.jobs j WHERE "
-                "j.queue = ts.queue AND j.tenant = ts.tenant AND j.status = 'running') "
-                "FROM fairq.tenant_schedule ts WHERE ts.running <> (SELECT count(*) FROM "
+                "SELECT ts.tenant, fairq.tenant_running(ts), (SELECT count(*) FROM fairq.jobs j "
+                "WHERE j.queue = ts.queue AND j.tenant = ts.tenant AND j.status = 'running') "
+                "FROM fairq.tenant_schedule ts WHERE fairq.tenant_running(ts) <> (SELECT count(*) FROM "
                 "fairq.jobs j WHERE j.queue = ts.queue AND j.tenant = ts.tenant "
                 "AND j.status = 'running')")}
             assert counts == {}, f"running counts off: {counts}"

@@ -225,7 +225,7 @@ def test_running_counts_follow_every_way_out(store: Store, dsn: str) -> None:
     assert running_mismatch(dsn) == []
     store.finish_done([(j.id, j.attempts) for j in got[3:]])
     assert running_mismatch(dsn) == [] and sql_rows(
-        dsn, "SELECT sum(running) FROM fairq.tenant_schedule") == [(0,)]
+        dsn, "SELECT sum(fairq.tenant_running(ts)) FROM fairq.tenant_schedule ts") == [(0,)]
 
 
 @pytest.mark.parametrize("policy", FAIR)
@@ -398,7 +398,7 @@ def test_a_waited_claim_that_takes_a_tenants_last_jobs_retires_it(uncapped: Stor
         a.commit()
         t.join(timeout=30)
     assert len(got) == 5
-    assert sql_rows(dsn, "SELECT active, running FROM fairq.tenant_schedule "
+    assert sql_rows(dsn, "SELECT active, fairq.tenant_running(ts) FROM fairq.tenant_schedule ts "
                          "WHERE tenant = 't'") == [(False, 15)]
     assert running_mismatch(dsn) == []
 

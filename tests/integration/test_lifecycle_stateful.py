@@ -42,7 +42,7 @@ def make_machine(dsn: str) -> type[RuleBasedStateMachine]:
             self.app = fairq.App(dsn, schema="fairq")  # no tasks: any task name is accepted
             self.store = self.app.store
             self.conn = psycopg.connect(dsn, autocommit=True)
-            self.conn.execute("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.tenants")
+            self.conn.execute("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.slot_returns, fairq.tenants")
             self.model: dict[int, M] = {}
 
         def teardown(self) -> None:
@@ -140,7 +140,7 @@ def make_machine(dsn: str) -> type[RuleBasedStateMachine]:
         @invariant()
         def running_counts_are_exact(self) -> None:
             sched = dict(self.conn.execute(
-                "SELECT tenant, running FROM fairq.tenant_schedule "
+                "SELECT tenant, fairq.tenant_running(ts) FROM fairq.tenant_schedule ts "
                 "WHERE queue = 'default'").fetchall())
             actual = dict(self.conn.execute(
                 "SELECT tenant, count(*) FROM fairq.jobs WHERE status = 'running' "

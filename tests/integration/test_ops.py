@@ -225,7 +225,8 @@ def test_bulk_operations_under_a_running_worker(dsn: str) -> None:
     # Cancelled jobs were never started: the worker kept what it had claimed.
     assert rows(dsn, "SELECT count(*) FROM fairq.jobs WHERE status = 'cancelled' "
                 "AND started_at IS NOT NULL") == [(0,)]
-    assert rows(dsn, "SELECT coalesce(sum(running), 0) FROM fairq.tenant_schedule") == [(0,)]
+    assert rows(dsn, "SELECT coalesce(sum(fairq.tenant_running(ts)), 0) "
+                     "FROM fairq.tenant_schedule ts") == [(0,)]
 
 
 def test_retry_after_the_tenant_was_deleted_recreates_its_schedule(app: fairq.App,
@@ -237,7 +238,7 @@ def test_retry_after_the_tenant_was_deleted_recreates_its_schedule(app: fairq.Ap
     assert app.tenants.delete("bad") is True
     assert rows(dsn, "SELECT count(*) FROM fairq.tenant_schedule WHERE tenant = 'bad'") == [(0,)]
     assert app.retry(failed) == [failed]
-    assert rows(dsn, "SELECT active, running FROM fairq.tenant_schedule "
+    assert rows(dsn, "SELECT active, fairq.tenant_running(ts) FROM fairq.tenant_schedule ts "
                 "WHERE tenant = 'bad'") == [(True, 0)]
     app.tasks.clear()
     app.task(name="t", max_attempts=1)(lambda job: None)

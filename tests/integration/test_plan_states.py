@@ -212,8 +212,11 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 # itself: a statement auto_explain reports from inside one is labelled "function: its first
 # words".
 ENGINE_FUNCTIONS = ("queue_vtime", "wait_and_pick", "claim_settle", "eff_weight", "claim_terms",
-                    "groups_due", "claim_fair", "return_slots", "decay_usage")
-FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
+                    "groups_due", "claim_fair", "return_slots", "decay_usage", "returns_lock",
+                    "fold_returns", "run_average", "fold_capped", "fold_stale_returns",
+                    "settle_capped", "tenant_running")
+FUNCTIONS_SQL = (f"SELECT {SCHEMA}.fold_stale_returns(-1.0) AS swept, "  # first: a claim folds
+                 f"{SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  f"(SELECT count(*) FROM {SCHEMA}.wait_and_pick(%(queue)s, 3, true, true, false)) AS picked, "
                  # claim_settle's read back from a walk's stop, which no claim passes today
                  # (claim_fair lists the tenants it went past): a stop before every tenant, so it
@@ -228,7 +231,23 @@ FUNCTIONS_SQL = (f"SELECT {SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  # correction of policy time has put the whale 5 s ahead of the queue
                  f"{SCHEMA}.return_slots(ARRAY[%(queue)s], ARRAY['{WHALE}'], ARRAY[0], NULL, "
                  "NULL, ARRAY[5.0::float8]) AS pushed, "
-                 f"{SCHEMA}.decay_usage(%(queue)s, 0.5) AS decayed")
+                 f"{SCHEMA}.decay_usage(%(queue)s, 0.5) AS decayed, "
+                 # the folds of slots given back (RETURNS_SETUP put two there, one of them to a
+                 # capped tenant; the maintenance's sweep, first, folds them), a claim's wait
+                 # for a capped tenant's open finishes and the readers' count
+                 f"{SCHEMA}.fold_capped(%(queue)s) AS folded_capped, "
+                 f"{SCHEMA}.fold_returns(ARRAY[%(queue)s], ARRAY['{WHALE}']) AS folded, "
+                 f"{SCHEMA}.settle_capped(ARRAY[%(queue)s], ARRAY['{WHALE}']) AS settled_capped, "
+                 f"(SELECT {SCHEMA}.tenant_running(ts) FROM {SCHEMA}.tenant_schedule ts "
+                 f"WHERE ts.queue = %(queue)s AND ts.tenant = '{WHALE}') AS running_now")
+RETURNS_SETUP = (f"INSERT INTO {SCHEMA}.slot_returns (queue, tenant, n, capped) "
+                 f"VALUES ('{QUEUE}', '{WHALE}', 1, true), ('{QUEUE}', '{WHALE}', 1, false)",
+                 f"UPDATE {SCHEMA}.tenant_schedule SET running = running + 2 "
+                 f"WHERE queue = '{QUEUE}' AND tenant = '{WHALE}'")
+# A finish whose tenant's row another transaction holds: its slot goes to slot_returns.
+RETURNS_SQL = (f"SELECT {SCHEMA}.return_slots(ARRAY[%(queue)s], ARRAY['{WHALE}'], ARRAY[1], "
+               "NULL, NULL, ARRAY[0.5::float8], ARRAY[1], ARRAY[0.01::float8]) AS given, "
+               f"(SELECT count(*) FROM {SCHEMA}.slot_returns r WHERE r.queue = %(queue)s) AS n")
 END_MARK = "SELECT 'plan-states: end of case'"
 _TOP = re.compile(r"^-- fairq (\w+)")
 _TENANT_EQ = re.compile(r"\btenant = ")
@@ -249,6 +268,12 @@ def function_sources(conn: psycopg.Connection[Any]) -> dict[str, str]:
                         "ON n.oid = p.pronamespace WHERE n.nspname = %s AND p.proname = ANY (%s)",
                         (SCHEMA, list(ENGINE_FUNCTIONS))).fetchall()
     return {name: normal(src) for name, src in rows}
+
+
+def as_run(src: str) -> str:
+    """A (``normal``) body as its statements reach the executor: plpgsql runs `PERFORM x` as
+    `SELECT x`."""
+    return src.replace("PERFORM ", "SELECT ")
 
 
 def function_statements(body: str) -> list[str]:
@@ -280,8 +305,10 @@ def parse_notice(message: str, sources: Mapping[str, str]) -> Logged | None:
         return Logged(m.group(1), None, text, doc["Plan"])
     if text == FUNCTIONS_SQL.replace("%(capped)s", "$1").replace("%(queue)s", "$2"):
         return Logged("functions", None, text, doc["Plan"])
+    if text == RETURNS_SQL.replace("%(queue)s", "$1"):
+        return Logged("returns", None, text, doc["Plan"])
     squashed = normal(text)
-    function = next((f for f, src in sources.items() if squashed in src), None)
+    function = next((f for f, src in sources.items() if squashed in as_run(src)), None)
     words = " ".join(squashed.split()[:6])
     return Logged(f"{function or 'other'}: {words}", function, text, doc["Plan"])
 
@@ -439,6 +466,8 @@ class Case:
     reads: tuple[tuple[str, str], ...] = ()   # (statement or function, index) it must read
     finish_after_claim: bool = False
     hold_queue: bool = False
+    hold_row: str = ""                        # a tenant whose schedule row another session holds
+    setup: tuple[str, ...] = ()               # run first, in the case's transaction
 
 
 FINISHES = ("finish_done", "finish_failed", "release_unstarted", "extend_leases")
@@ -469,8 +498,12 @@ CASES = (
     # queue_vtime on a queue whose every tenant is capped (its second query) and wait_and_pick
     # directly on a queue with jobs to pick (the held claim's finds none; here it takes the row
     # and asks whether a due job is left after the last one it took).
-    Case("functions", "functions", returned=1,
-         functions=("queue_vtime", "wait_and_pick"),
+    # A finish that finds its tenant's row held leaves its slot in slot_returns.
+    Case("returns", "returns", returned=1, hold_row=WHALE,
+         functions=("return_slots", "returns_lock")),
+    Case("functions", "functions", returned=1, setup=RETURNS_SETUP,
+         functions=("queue_vtime", "wait_and_pick", "fold_capped", "fold_returns",
+                    "settle_capped", "fold_stale_returns", "tenant_running", "run_average"),
          reads=(("wait_and_pick", "jobs_tenant_ready_idx"),
                 ("queue_vtime", "tenant_schedule_capped_idx"))),
 )
@@ -521,6 +554,18 @@ def holding(dsn: str, queue: str) -> Iterator[None]:
             other.rollback()
 
 
+@contextmanager
+def holding_row(dsn: str, tenant: str) -> Iterator[None]:
+    """Another transaction holds the tenant's schedule row (as a claim serving it) meanwhile."""
+    with psycopg.connect(dsn) as other:
+        other.execute(f"SELECT 1 FROM {SCHEMA}.tenant_schedule WHERE tenant = %s "
+                      "FOR NO KEY UPDATE", (tenant,))
+        try:
+            yield
+        finally:
+            other.rollback()
+
+
 def claim_rows(conn: psycopg.Connection[Any], policy: str, queue: str) -> list[Any]:
     """A claim as the Store makes it (fairq/store/pg.py): the statement, and when it returned
     its row of NULLs (it took nothing while it held a lock) under a policy that waits, the same
@@ -540,7 +585,7 @@ def run_case(dsn: str, case: Case, mode: str, extra: Mapping[str, str] | None = 
     functions' statements) as auto_explain reported them. ``setup`` runs first, in the same
     transaction."""
     with session(dsn, mode, extra) as (conn, notices, sources), conn.transaction(force_rollback=True):
-        for command in setup:
+        for command in (*case.setup, *setup):
             conn.execute(command)
         ids: list[int] = []
         if case.finish_after_claim:
@@ -553,9 +598,12 @@ def run_case(dsn: str, case: Case, mode: str, extra: Mapping[str, str] | None = 
                       "results": ['{"rows": 7}'] * len(ids), "notes": [None] * len(ids), "final": [],
                       "run_seconds": [0.01] * len(ids)}
             params = {k: v for k, v in values.items() if f"%({k})s" in text}
-        with holding(dsn, case.queue) if case.hold_queue else nullcontext():
+        with (holding(dsn, case.queue) if case.hold_queue
+              else holding_row(dsn, case.hold_row) if case.hold_row else nullcontext()):
             notices.clear()
-            if case.statement == "functions":
+            if case.statement == "returns":
+                rows = conn.execute(RETURNS_SQL, {"queue": QUEUE}, prepare=True).fetchall()
+            elif case.statement == "functions":
                 rows = conn.execute(FUNCTIONS_SQL, {"capped": CAPPED, "queue": QUEUE},
                                     prepare=True).fetchall()
             elif case.finish_after_claim:
@@ -746,11 +794,11 @@ def test_every_function_statement_is_checked(states: States) -> None:
                 # Every function with this statement. Queries only: a bare expression is in
                 # every body that names it.
                 for f, src in sources.items():
-                    if _QUERY.search(x.text) and normal(x.text) in src:
+                    if _QUERY.search(x.text) and normal(x.text) in as_run(src):
                         seen.setdefault(f, set()).add(normal(x.text))
     assert set(sources) == set(ENGINE_FUNCTIONS), sources.keys()
     missing = [f"{f}: {stmt[:160]}" for f, body in sources.items() for stmt in function_statements(body)
-               if not any(text in stmt for text in seen.get(f, ()))]
+               if not any(text in as_run(stmt) for text in seen.get(f, ()))]
     assert missing == [], "\n".join(missing)
 
 

@@ -36,11 +36,12 @@ WORKERS = 3
 KILLS = 12 if SLOW else 5
 
 CAP_CHECK = """
-SELECT ts.tenant, ts.max_running, ts.running, count(j.id) AS actual
+SELECT ts.tenant, ts.max_running, fairq.tenant_running(ts) AS running, count(j.id) AS actual
 FROM fairq.tenant_schedule ts
 LEFT JOIN fairq.jobs j ON j.queue = ts.queue AND j.tenant = ts.tenant AND j.status = 'running'
-GROUP BY ts.queue, ts.tenant, ts.max_running, ts.running
-HAVING count(j.id) > ts.max_running OR ts.running > ts.max_running OR ts.running <> count(j.id)
+GROUP BY ts.queue, ts.tenant, ts.max_running, 3
+HAVING count(j.id) > ts.max_running OR fairq.tenant_running(ts) > ts.max_running
+    OR fairq.tenant_running(ts) <> count(j.id)
 """
 
 

@@ -245,7 +245,7 @@ def test_handler_hanging_past_its_lease(app: fairq.App, dsn: str) -> None:
     info = app.job(hung)
     assert info is not None and info.status == "queued" and info.attempts == 1, info
     assert "grace period" in (info.last_error or "")
-    assert sql(dsn, "SELECT sum(running) FROM fairq.tenant_schedule")[0][0] == 0
+    assert sql(dsn, "SELECT sum(fairq.tenant_running(ts)) FROM fairq.tenant_schedule ts")[0][0] == 0
 
 
 class NastyError(Exception):
@@ -326,7 +326,7 @@ def test_misbehaving_handlers_fail_or_finish_their_job_only(app: fairq.App, dsn:
         else:
             assert info.status == "done", (name, info)
     assert done_count(dsn, ok) == 20  # and the worker kept working after all that
-    assert sql(dsn, "SELECT sum(running) FROM fairq.tenant_schedule")[0][0] == 0
+    assert sql(dsn, "SELECT sum(fairq.tenant_running(ts)) FROM fairq.tenant_schedule ts")[0][0] == 0
 
 
 LEAKED: list[psycopg.Connection[Any]] = []

@@ -126,7 +126,7 @@ def test_fairq_claim_exactly_once(app: fairq.App, dsn: str, policy: str) -> None
     assert {a for _, a in claims} == {1}
     assert sql(dsn, "SELECT status, count(*), max(attempts) FROM fairq.jobs GROUP BY 1") == [
         ("done", 10_000, 1)]
-    assert sql(dsn, "SELECT sum(running) FROM fairq.tenant_schedule") == [(0,)]
+    assert sql(dsn, "SELECT sum(fairq.tenant_running(ts)) FROM fairq.tenant_schedule ts") == [(0,)]
 
 
 # -- backoff schedule and max_attempts ------------------------------------------------------
@@ -208,7 +208,7 @@ def test_reaper_requeues_then_fails_at_max_attempts(app: fairq.App, store: Store
     assert info is not None and (info.status, info.attempts) == ("failed", 2)
     assert info.last_error == "lease expired during attempt 2 of 2 (worker w2)"
     assert obs.calls == [("q", 1), ("q", 1)]
-    assert sql(dsn, "SELECT running FROM fairq.tenant_schedule") == [(0,)]
+    assert sql(dsn, "SELECT fairq.tenant_running(ts) FROM fairq.tenant_schedule ts") == [(0,)]
     assert store.claim(FIFO, queue="q", batch=1, worker="w3") == []
 
 

@@ -87,7 +87,8 @@ def test_until_empty_drains_everything_once(app: fairq.App, dsn: str, policy: st
     assert statuses(dsn) == {"done": 300}
     assert w.stats.done == 300
     with psycopg.connect(dsn) as c:
-        assert c.execute("SELECT sum(running) FROM fairq.tenant_schedule").fetchone() == (0,)
+        assert c.execute("SELECT sum(fairq.tenant_running(ts)) "
+                         "FROM fairq.tenant_schedule ts").fetchone() == (0,)
 
 
 def test_until_empty_returns_with_nothing_runnable(app: fairq.App) -> None:
@@ -452,7 +453,7 @@ def test_release_unstarted_is_fenced(store: Any, app: fairq.App, dsn: str) -> No
     info = app.job(first.id)
     assert info is not None and info.status == "queued" and info.attempts == 0
     with psycopg.connect(dsn) as c:
-        row = c.execute("SELECT running, active FROM fairq.tenant_schedule "
+        row = c.execute("SELECT fairq.tenant_running(ts), active FROM fairq.tenant_schedule ts "
                         "WHERE tenant = 'a'").fetchone()
     assert row == (1, True)
     again = store.claim(fairq.policies.get_policy("fifo"), queue="default", batch=2, worker="w")
@@ -529,8 +530,11 @@ def test_a_stuck_finish_does_not_stop_claiming_or_other_finishes(
     with psycopg.connect(dsn) as blocker:
         try:
             assert inside.wait(30)
-            blocker.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'a' FOR UPDATE")
-            release.set()  # a's finish now waits on the held row
+            # The lock a claim holds while it waits for the open finishes of a tenant it takes
+            # to its cap (slots.sql): a's finish now waits for it.
+            blocker.execute("SELECT pg_advisory_xact_lock(1718710899, "
+                            "fairq.returns_lock('default', 'a'))")
+            release.set()
             rec.wait_for(lambda r: ran.count("a") == 1)
             lease = "SELECT locked_until FROM fairq.jobs WHERE tenant = 'a'"
             with psycopg.connect(dsn, autocommit=True) as c:
@@ -539,7 +543,7 @@ def test_a_stuck_finish_does_not_stop_claiming_or_other_finishes(
             rec.wait_for(lambda r: ran.count("b") == 5)  # claimed and run meanwhile
             # b's finishes do not wait for a's row: a is finished on its own from now on.
             rec.wait_for(lambda r: sum(1 for f in r.finishes if f[2] == "done") == 5)
-            assert statuses(dsn) == {"done": 5, "running": 1}  # a's still waits for its row
+            assert statuses(dsn) == {"done": 5, "running": 1}  # a's still waits for the lock
             assert "finishes of tenant 'a' (queue 'default') wait" in caplog.text
             with psycopg.connect(dsn, autocommit=True) as c:  # its handler returned: no more
                 after = c.execute(lease).fetchone()             # heartbeats, but the finisher's

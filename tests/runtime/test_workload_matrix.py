@@ -203,7 +203,8 @@ def test_worker_drains_every_job_exactly_once(
             "SELECT id, tenant, attempts FROM fairq.jobs WHERE attempts <> 1 ORDER BY id LIMIT 10"
         ).fetchall()
         counted = conn.execute(
-            "SELECT tenant, running FROM fairq.tenant_schedule WHERE running <> 0").fetchall()
+            "SELECT tenant, fairq.tenant_running(ts) FROM fairq.tenant_schedule ts "
+            "WHERE fairq.tenant_running(ts) <> 0").fetchall()
     assert statuses == {"done": total}, (
         f"{policy}/{workload}: the worker exited 0 but not every job is done "
         f"({statuses}); left: {left}\nworker's last lines:\n{tail(proc.stderr)}")

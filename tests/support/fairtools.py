@@ -38,11 +38,11 @@ def sql_rows(dsn: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
 def running_mismatch(dsn: str) -> list[tuple[Any, ...]]:
     """(queue, tenant, schedule count, real count) where the running count is wrong."""
     return sql_rows(dsn, """
-        SELECT ts.queue, ts.tenant, ts.running, coalesce(r.n, 0)
+        SELECT ts.queue, ts.tenant, fairq.tenant_running(ts), coalesce(r.n, 0)
         FROM fairq.tenant_schedule ts
         LEFT JOIN (SELECT queue, tenant, count(*) n FROM fairq.jobs WHERE status = 'running'
                    GROUP BY 1, 2) r USING (queue, tenant)
-        WHERE ts.running <> coalesce(r.n, 0)""")
+        WHERE fairq.tenant_running(ts) <> coalesce(r.n, 0)""")
 
 
 @dataclass

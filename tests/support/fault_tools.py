@@ -110,11 +110,12 @@ def check_final_state(dsn: str, job_ids: list[int]) -> None:
     assert by_status["done"][1] == len(job_ids)
     assert by_status["done"][3], "a job ran more attempts than max_attempts"
     leaked = sql(dsn, """
-        SELECT ts.queue, ts.tenant, ts.running, count(j.id)
+        SELECT ts.queue, ts.tenant, fairq.tenant_running(ts), count(j.id)
         FROM fairq.tenant_schedule ts
         LEFT JOIN fairq.jobs j ON j.queue = ts.queue AND j.tenant = ts.tenant
                               AND j.status = 'running'
-        GROUP BY 1, 2, 3 HAVING ts.running <> count(j.id) OR ts.running <> 0""")
+        GROUP BY 1, 2, 3 HAVING fairq.tenant_running(ts) <> count(j.id)
+                             OR fairq.tenant_running(ts) <> 0""")
     assert leaked == [], f"running slots leaked: {leaked}"
 
 

@@ -203,6 +203,11 @@ DECLARE
     retired int;
 BEGIN
     IF NOT waiting THEN
+        -- 0. Capped tenants that slots came back to while their rows were held (slots.sql):
+        -- folded in first, so those with a free slot are in the walk.
+        IF EXISTS (SELECT 1 FROM {schema}.slot_returns r WHERE r.queue = q AND r.capped) THEN
+            PERFORM {schema}.fold_capped(q);
+        END IF;
         -- 1. Sleepers: idle tenants whose delayed jobs fell due, locked (in wake-up order).
         -- They rejoin at V, first in the walk (those with room, in tenant order), and
         -- claim_settle wakes them all. Their rows are locked by an ARRAY subquery, and their

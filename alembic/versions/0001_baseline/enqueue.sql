@@ -209,6 +209,10 @@ BEGIN
             FROM per_tenant p
             LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
             LEFT JOIN defaults d ON true
+            -- Only tenants without a row: a conflict check on a row a claim or finish has just
+            -- rewritten (every such update adds a primary key entry) waits for its commit.
+            WHERE NOT EXISTS (SELECT 1 FROM {schema}.tenant_schedule o
+                              WHERE o.queue = p.queue AND o.tenant = p.tenant)
             ORDER BY p.queue, p.tenant
             ON CONFLICT (queue, tenant) DO NOTHING
             RETURNING ts.queue

@@ -39,6 +39,7 @@ DECLARE
     retired int;
     gone tid[] := '{}';
     done text[];
+    capped text[];
 BEGIN
     IF {schema}.groups_due(q) THEN
         PERFORM {schema}.refresh_groups(q);
@@ -66,10 +67,24 @@ BEGIN
     -- Served tenants (a sleeper among them wakes at V here); then the sleepers not served,
     -- whose rows are unchanged. Only by ctid: a condition on `active` would let the planner
     -- read the idle tenants' index for it.
-    WITH u AS (
+    -- The served tenants' slots given back while a claim held their rows (slots.sql) are
+    -- folded in by the same write.
+    WITH f AS (
+        DELETE FROM {schema}.slot_returns r
+        WHERE r.queue = q AND r.tenant = ANY (served_tenants)
+        RETURNING r.tenant, r.n, r.corr, r.runs, r.run_sum
+    ), fs AS (
+        SELECT f.tenant, sum(f.n)::int AS n, sum(f.corr) AS corr, sum(f.runs)::int AS runs,
+               sum(f.run_sum) AS run_sum
+        FROM f GROUP BY f.tenant
+    ), u AS (
         UPDATE {schema}.tenant_schedule ts
-        SET running = ts.running + x.n, claimed_total = ts.claimed_total + x.n,
-            vtime = CASE WHEN x.row_ = ANY (sleeper_rows) THEN v ELSE ts.vtime END + x.inc,
+        SET running = ts.running + x.n - coalesce(fs.n, 0),
+            claimed_total = ts.claimed_total + x.n,
+            vtime = CASE WHEN x.row_ = ANY (sleeper_rows) THEN v ELSE ts.vtime END + x.inc
+                    + CASE WHEN ts.active AND fs.corr <> 0.0
+                           THEN fs.corr / {schema}.eff_weight(ts) ELSE 0.0 END,
+            avg_run_s = {schema}.run_average(ts.avg_run_s, fs.runs, fs.run_sum),
             active = NOT x.retire AND (ts.active OR x.row_ = ANY (sleeper_rows)),
             -- retired, it waits for its earliest delayed job, if any.
             wake_at = CASE WHEN x.retire THEN x.first_at
@@ -85,7 +100,7 @@ BEGIN
         -- both of its uses.
         FROM (SELECT z.*, z.row_ = ANY (gone) AND (z.first_at IS NULL OR z.first_at > now())
                           AS retire
-              FROM (SELECT y.row_, y.n, y.inc,
+              FROM (SELECT y.row_, y.t, y.n, y.inc,
                            CASE WHEN y.row_ = ANY (gone) THEN
                                (SELECT min(j.run_at) FROM {schema}.jobs j
                                 WHERE j.queue = q AND j.tenant = y.t AND j.status = 'queued')
@@ -93,12 +108,23 @@ BEGIN
                     FROM unnest(served_rows, served_tenants, served_jobs, served_vtime)
                         AS y(row_, t, n, inc)
                     OFFSET 0) z) x
+            LEFT JOIN fs ON fs.tenant = x.t
         WHERE ts.ctid = x.row_
-        RETURNING ts.tenant, ts.rate IS NOT NULL AND ts.tokens + 1e-9 < 1 AS dry, NOT ts.active AS out
+        RETURNING ts.tenant, ts.rate IS NOT NULL AND ts.tokens + 1e-9 < 1 AS dry,
+                  NOT ts.active AS out, ts.running >= ts.max_running AS capped
     )
     SELECT coalesce(array_agg(u.tenant) FILTER (WHERE u.dry), '{}'),
-           coalesce(array_agg(u.tenant) FILTER (WHERE u.out), '{}')
-    INTO dry, done FROM u;
+           coalesce(array_agg(u.tenant) FILTER (WHERE u.out), '{}'),
+           coalesce(array_agg(u.tenant) FILTER (WHERE u.capped), '{}')
+    INTO dry, done, capped FROM u;
+    -- Left at their cap: the slots of finishes not yet committed must be seen (slots.sql).
+    IF cardinality(capped) > 0 THEN
+        PERFORM {schema}.settle_capped(array_fill(q, ARRAY[cardinality(capped)]), capped);
+    END IF;
+    -- Capped tenants given slots back: runnable again for the next claim.
+    IF EXISTS (SELECT 1 FROM {schema}.slot_returns r WHERE r.queue = q AND r.capped) THEN
+        PERFORM {schema}.fold_capped(q);
+    END IF;
     IF cardinality(sleeper_rows) > 0 THEN
         UPDATE {schema}.tenant_schedule ts
         SET active = true, wake_at = NULL, vtime = v

@@ -1,23 +1,168 @@
 -- Slots given back: the end of every finish, failure, release and reap (fairq/sql/jobs.sql),
 -- and policy time's correction of its charges. {schema} is the quoted schema name.
-
--- The tenants' running counts lowered by the jobs that left them, in (queue, tenant) order as
--- every statement locks tenant rows, one UPDATE per tenant. Each UPDATE is a statement of its
--- own, so its snapshot is taken when it starts and it reaches the row through its newest
--- committed version, locking it once. Locked and then updated by one statement, a row that
--- changed after that statement's snapshot is reached twice: the lock follows it to its newest
--- version, the UPDATE starts again from the older version its snapshot sees, and waits there
--- behind any claim queued on that version, which waits for this transaction: a deadlock.
 --
--- Per tenant: `counts` jobs left it; `due_now`: one of them is queued again and due (a reaped
--- or released job), so the tenant is runnable again (at the queue's virtual time if it was
--- idle); `retry_ats`: the earliest retry of a failed job, which an idle tenant wakes for.
--- Policy time: `corrections`, the seconds its jobs ran minus the seconds the claims charged
--- them (jobs.charged_s), added to an active tenant's virtual time over its effective weight
--- (an idle one starts again at V: no credit, no debt); `run_counts` of its jobs ran for
--- `run_means` seconds on average, which move its expected run time (avg_run_s) as an
--- exponential moving average, each job weighing 0.2 (the first one sets it). NULL arrays: none.
--- Returns how many tenant rows it wrote.
+-- A tenant's running count is tenant_schedule.running minus its rows in slot_returns. A busy
+-- tenant's row is held by a claim most of the time, so a finish does not wait for it: it
+-- writes the row when it can lock it at once and otherwise leaves the slot in slot_returns,
+-- which whoever holds the row next folds in (the claims that serve the tenant, the claim that
+-- finds it capped, the maintenance). A row written for a job that was requeued or retried
+-- (the tenant wakes, its virtual time may move) is waited for, as before.
+--
+-- Caps stay exact: a slot not yet folded only counts as still running, so a claim may grant
+-- less, never more. What must not happen is a tenant left at its cap by a slot that came back
+-- unseen: a claim that takes a tenant to its cap would not see a finish that has not
+-- committed, and the tenant would then leave the runnable index with a slot free and nobody
+-- to fold it. The two meet on an advisory lock per (queue, tenant) (`returns_lock`): a
+-- finish holds it shared from before it reads whether the tenant is capped until it commits,
+-- and a claim that caps a tenant takes it exclusively (waiting for those finishes) and then
+-- folds again in a fresh snapshot. A finish that finds the tenant capped marks its slot
+-- `capped`, and the queue's next claim folds it before its walk (fold_capped). Both take the
+-- locks in key order, and neither waits for anything else while holding them, so they cannot
+-- wait in a cycle; a claim waits for them holding tenant rows, which no finish waits for
+-- while holding one of these locks.
+
+-- The advisory lock key of a (queue, tenant)'s slot returns: class 1718710899 ('fqrs'), the
+-- hash of the pair. Two pairs with one hash share a lock: an extra wait, never a wrong count.
+CREATE FUNCTION {schema}.returns_lock(q text, t text) RETURNS int
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_catalog.hashtext(q OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) t) $$;
+
+-- Fold the tenants' slot returns into their rows, which the caller holds: running down by the
+-- slots, policy time's corrections into an active tenant's virtual time, the run times into its
+-- expected run time (as return_slots does). In a statement of its own, so it sees every
+-- return committed before it started. Returns how many rows it wrote.
+CREATE FUNCTION {schema}.fold_returns(queues text[], tenants text[]) RETURNS int
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    written int;
+BEGIN
+    -- The rows by ctid (a Tid Scan), each found by its key: a join of the set to the table
+    -- could read the whole table.
+    WITH f AS (
+        DELETE FROM {schema}.slot_returns r
+        USING unnest(queues, tenants) AS x(q, t)
+        WHERE r.queue = x.q AND r.tenant = x.t
+        RETURNING r.queue, r.tenant, r.n, r.corr, r.runs, r.run_sum
+    ), s AS (
+        SELECT y.ctid AS row_, sum(f.n)::int AS n, sum(f.corr) AS corr,
+               sum(f.runs)::int AS runs, sum(f.run_sum) AS run_sum
+        FROM f CROSS JOIN LATERAL (
+            SELECT ts.ctid FROM {schema}.tenant_schedule ts
+            WHERE ts.queue = f.queue AND ts.tenant = f.tenant) y
+        GROUP BY y.ctid
+    )
+    UPDATE {schema}.tenant_schedule ts
+    SET running = ts.running - s.n,
+        vtime = CASE WHEN ts.active AND s.corr <> 0.0
+                     THEN ts.vtime + s.corr / {schema}.eff_weight(ts) ELSE ts.vtime END,
+        avg_run_s = {schema}.run_average(ts.avg_run_s, s.runs, s.run_sum)
+    FROM s
+    WHERE ts.ctid = s.row_;
+    GET DIAGNOSTICS written = ROW_COUNT;
+    RETURN written;
+END
+$$;
+
+-- The expected run time after `runs` jobs that ran `run_sum` seconds in all: an exponential
+-- moving average in which each job weighs 0.2 (the first one sets it).
+CREATE FUNCTION {schema}.run_average(avg_s float8, runs int, run_sum float8) RETURNS float8
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT CASE WHEN runs > 0 AND run_sum IS NOT NULL
+                  THEN run_sum / runs + (coalesce(avg_s, run_sum / runs) - run_sum / runs)
+                                        * pg_catalog.power(0.8::float8, runs)
+                  ELSE avg_s END $$;
+
+-- The queue's capped tenants with slots given back (slot_returns.capped): folded in, so those
+-- with a free slot are runnable again. Rows another transaction holds are skipped (it folds
+-- them, or the next claim does). Every claim calls it when there is one.
+CREATE FUNCTION {schema}.fold_capped(q text) RETURNS int
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    ts_ text[];
+BEGIN
+    ts_ := array(SELECT x.tenant
+                 FROM (SELECT DISTINCT r.tenant FROM {schema}.slot_returns r
+                       WHERE r.queue = q AND r.capped ORDER BY r.tenant LIMIT 1000) t
+                 CROSS JOIN LATERAL (
+                     SELECT ts.tenant FROM {schema}.tenant_schedule ts
+                     WHERE ts.queue = q AND ts.tenant = t.tenant
+                     FOR NO KEY UPDATE OF ts SKIP LOCKED) x);
+    IF cardinality(ts_) = 0 THEN
+        RETURN 0;
+    END IF;
+    RETURN {schema}.fold_returns(array_fill(q, ARRAY[cardinality(ts_)]), ts_);
+END
+$$;
+
+-- The maintenance's sweep: slots given back more than `age` seconds ago, whose tenant no claim
+-- has served since (an idle tenant's last jobs), folded into the rows it can lock at once;
+-- returns of tenants whose rows are gone are deleted.
+CREATE FUNCTION {schema}.fold_stale_returns(age float8) RETURNS int
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sq text[];
+    st text[];
+    qs text[];
+    ts_ text[];
+BEGIN
+    SELECT coalesce(array_agg(t.queue), '{}'), coalesce(array_agg(t.tenant), '{}') INTO sq, st
+    FROM (SELECT DISTINCT r.queue, r.tenant FROM {schema}.slot_returns r
+          WHERE r.at < now() - make_interval(secs => age)
+          ORDER BY r.queue, r.tenant LIMIT 10000) t;
+    IF cardinality(sq) = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT coalesce(array_agg(y.queue), '{}'), coalesce(array_agg(y.tenant), '{}') INTO qs, ts_
+    FROM unnest(sq, st) AS x(q, t)
+    CROSS JOIN LATERAL (
+        SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
+        WHERE ts.queue = x.q AND ts.tenant = x.t
+        FOR NO KEY UPDATE OF ts SKIP LOCKED) y;
+    -- Those whose tenant's row is gone (a tenant deleted): nothing to fold them into.
+    DELETE FROM {schema}.slot_returns r
+    USING unnest(sq, st) AS x(q, t)
+    WHERE r.queue = x.q AND r.tenant = x.t
+      AND (SELECT ts.tenant FROM {schema}.tenant_schedule ts
+           WHERE ts.queue = x.q AND ts.tenant = x.t) IS NULL;
+    IF cardinality(ts_) = 0 THEN
+        RETURN 0;
+    END IF;
+    RETURN {schema}.fold_returns(qs, ts_);
+END
+$$;
+
+-- A claim (or a change of caps) that leaves these tenants at their cap: wait for the finishes
+-- of theirs that have not committed (they hold returns_lock shared), then fold what they gave
+-- back. The caller holds the tenants' rows. Returns how many rows it wrote.
+CREATE FUNCTION {schema}.settle_capped(queues text[], tenants text[]) RETURNS int
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(1718710899, k.k)
+    FROM (SELECT DISTINCT {schema}.returns_lock(x.q, x.t) AS k
+          FROM unnest(queues, tenants) AS x(q, t) ORDER BY 1 OFFSET 0) k;
+    RETURN {schema}.fold_returns(queues, tenants);
+END
+$$;
+
+-- The tenants' running counts lowered by the jobs that left them. Per tenant: `counts` jobs
+-- left it; `due_now`: one of them is queued again and due (a reaped or released job), so the
+-- tenant is runnable again (at the queue's virtual time if it was idle); `retry_ats`: the
+-- earliest retry of a failed job, which an idle tenant wakes for. Policy time: `corrections`,
+-- the seconds its jobs ran minus the seconds the claims charged them (jobs.charged_s), added
+-- to an active tenant's virtual time over its effective weight (an idle one starts again at V:
+-- no credit, no debt); `run_counts` of its jobs ran for `run_means` seconds on average, which
+-- move its expected run time (run_average). NULL arrays: none. Returns how many tenant rows it
+-- wrote.
+--
+-- 1. Tenants that wake (a requeued job or a retry): their rows written in (queue, tenant)
+--    order, one UPDATE each, waiting for them. Each UPDATE is a statement of its own, so its
+--    snapshot is taken when it starts and it reaches the row through its newest committed
+--    version, locking it once. (Locked and then updated by one statement, a row that changed
+--    after that statement's snapshot is reached twice, and the second time waits behind any
+--    claim queued on the older version, which waits for this transaction: a deadlock.)
+-- 2. The others: returns_lock shared, in key order; then each row locked at once if free
+--    (SKIP LOCKED) and written, or else the slot left in slot_returns, marked `capped` when
+--    the tenant is at its cap in a snapshot taken after the lock.
 CREATE FUNCTION {schema}.return_slots(queues text[], tenants text[], counts int[],
                                       due_now bool[], retry_ats timestamptz[],
                                       corrections float8[] DEFAULT NULL,
@@ -27,34 +172,110 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r record;
     written int := 0;
+    k int;
+    l_q text[];
+    l_t text[];
+    l_n int[];
+    l_corr float8[];
+    l_runs int[];
+    l_sum float8[];
+    h_q text[];
+    h_t text[];
+    h_rows tid[];
+    h_n int[];
+    h_corr float8[];
+    h_runs int[];
+    h_sum float8[];
 BEGIN
-    FOR r IN SELECT x.queue, x.tenant, x.n, coalesce(x.requeued, false) AS requeued,
-                    x.retry_at, coalesce(x.corr, 0.0) AS corr, coalesce(x.runs, 0) AS runs,
-                    x.mean
-             FROM unnest(queues, tenants, counts, due_now, retry_ats, corrections, run_counts,
-                         run_means)
-                 AS x(queue, tenant, n, requeued, retry_at, corr, runs, mean)
-             WHERE x.tenant IS NOT NULL
-             ORDER BY x.queue, x.tenant
-    LOOP
+    IF due_now IS NOT NULL OR retry_ats IS NOT NULL THEN
+        FOR r IN SELECT x.queue, x.tenant, x.n, coalesce(x.requeued, false) AS requeued,
+                        x.retry_at, coalesce(x.corr, 0.0) AS corr, coalesce(x.runs, 0) AS runs,
+                        x.mean
+                 FROM unnest(queues, tenants, counts, due_now, retry_ats, corrections,
+                             run_counts, run_means)
+                     AS x(queue, tenant, n, requeued, retry_at, corr, runs, mean)
+                 WHERE x.tenant IS NOT NULL AND (x.requeued OR x.retry_at IS NOT NULL)
+                 ORDER BY x.queue, x.tenant
+        LOOP
+            UPDATE {schema}.tenant_schedule ts
+            SET running = ts.running - r.n,
+                active = ts.active OR r.requeued,
+                vtime = CASE WHEN NOT ts.active AND r.requeued THEN {schema}.queue_vtime(ts.queue)
+                             WHEN ts.active AND r.corr <> 0.0
+                             THEN ts.vtime + r.corr / {schema}.eff_weight(ts)
+                             ELSE ts.vtime END,
+                wake_at = CASE WHEN r.requeued THEN NULL
+                               WHEN NOT ts.active AND r.retry_at IS NOT NULL
+                               THEN least(ts.wake_at, r.retry_at)
+                               ELSE ts.wake_at END,
+                avg_run_s = {schema}.run_average(ts.avg_run_s, r.runs, r.mean * r.runs)
+            WHERE ts.queue = r.queue AND ts.tenant = r.tenant;
+            written := written + 1;
+        END LOOP;
+    END IF;
+
+    -- 2. The rest, in lock key order; the shared locks taken in that order.
+    SELECT array_agg(x.queue ORDER BY x.k, x.queue, x.tenant),
+           array_agg(x.tenant ORDER BY x.k, x.queue, x.tenant),
+           array_agg(x.n ORDER BY x.k, x.queue, x.tenant),
+           array_agg(coalesce(x.corr, 0.0) ORDER BY x.k, x.queue, x.tenant),
+           array_agg(coalesce(x.runs, 0) ORDER BY x.k, x.queue, x.tenant),
+           array_agg(coalesce(x.mean * x.runs, 0.0) ORDER BY x.k, x.queue, x.tenant)
+    INTO l_q, l_t, l_n, l_corr, l_runs, l_sum
+    FROM (SELECT x.*, {schema}.returns_lock(x.queue, x.tenant) AS k
+          FROM unnest(queues, tenants, counts, due_now, retry_ats, corrections, run_counts,
+                      run_means)
+              AS x(queue, tenant, n, requeued, retry_at, corr, runs, mean)
+          WHERE x.tenant IS NOT NULL
+            AND NOT (coalesce(x.requeued, false) OR x.retry_at IS NOT NULL)) x;
+    IF l_q IS NULL THEN
+        RETURN written;
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1718710899, k.k)
+    FROM (SELECT DISTINCT {schema}.returns_lock(x.q, x.t) AS k
+          FROM unnest(l_q, l_t) AS x(q, t) ORDER BY 1 OFFSET 0) k;
+    -- Rows free now, locked without waiting: nothing waits for a row while holding these locks.
+    SELECT coalesce(array_agg(x.q), '{}'), coalesce(array_agg(x.t), '{}'),
+           coalesce(array_agg(y.ctid), '{}'), coalesce(array_agg(x.n), '{}'),
+           coalesce(array_agg(x.corr), '{}'), coalesce(array_agg(x.runs), '{}'),
+           coalesce(array_agg(x.run_sum), '{}')
+    INTO h_q, h_t, h_rows, h_n, h_corr, h_runs, h_sum
+    FROM unnest(l_q, l_t, l_n, l_corr, l_runs, l_sum) AS x(q, t, n, corr, runs, run_sum)
+    CROSS JOIN LATERAL (
+        SELECT ts.ctid FROM {schema}.tenant_schedule ts
+        WHERE ts.queue = x.q AND ts.tenant = x.t
+        FOR NO KEY UPDATE OF ts SKIP LOCKED) y;
+    IF cardinality(h_rows) > 0 THEN
+        -- A statement of its own, by the ctids just locked (a Tid Scan): it reaches the rows
+        -- through their newest version.
         UPDATE {schema}.tenant_schedule ts
-        SET running = ts.running - r.n,
-            active = ts.active OR r.requeued,
-            vtime = CASE WHEN NOT ts.active AND r.requeued THEN {schema}.queue_vtime(ts.queue)
-                         WHEN ts.active AND r.corr <> 0.0
-                         THEN ts.vtime + r.corr / {schema}.eff_weight(ts)
-                         ELSE ts.vtime END,
-            wake_at = CASE WHEN r.requeued THEN NULL
-                           WHEN NOT ts.active AND r.retry_at IS NOT NULL
-                           THEN least(ts.wake_at, r.retry_at)
-                           ELSE ts.wake_at END,
-            avg_run_s = CASE WHEN r.runs > 0 AND r.mean IS NOT NULL
-                             THEN r.mean + (coalesce(ts.avg_run_s, r.mean) - r.mean)
-                                           * power(0.8::float8, r.runs)
-                             ELSE ts.avg_run_s END
-        WHERE ts.queue = r.queue AND ts.tenant = r.tenant;
-        written := written + 1;
-    END LOOP;
+        SET running = ts.running - x.n,
+            vtime = CASE WHEN ts.active AND x.corr <> 0.0
+                         THEN ts.vtime + x.corr / {schema}.eff_weight(ts) ELSE ts.vtime END,
+            avg_run_s = {schema}.run_average(ts.avg_run_s, x.runs, x.run_sum)
+        FROM unnest(h_rows, h_n, h_corr, h_runs, h_sum) AS x(row_, n, corr, runs, run_sum)
+        WHERE ts.ctid = x.row_;
+        GET DIAGNOSTICS k = ROW_COUNT;
+        written := written + k;
+    END IF;
+    IF cardinality(h_q) < cardinality(l_q) THEN
+        INSERT INTO {schema}.slot_returns (queue, tenant, n, corr, runs, run_sum, capped)
+        SELECT x.q, x.t, x.n, x.corr, x.runs, x.run_sum,
+               coalesce((SELECT ts.running >= ts.max_running FROM {schema}.tenant_schedule ts
+                         WHERE ts.queue = x.q AND ts.tenant = x.t), false)
+        FROM unnest(l_q, l_t, l_n, l_corr, l_runs, l_sum) AS x(q, t, n, corr, runs, run_sum)
+        WHERE NOT EXISTS (SELECT 1 FROM unnest(h_q, h_t) AS h(q, t)
+                          WHERE h.q = x.q AND h.t = x.t);
+    END IF;
     RETURN written;
 END
 $$;
+
+-- A tenant's running jobs in a queue: its row's count less the slots given back to it and not
+-- yet folded in. For readers (tests, operators' queries); the claims read the row's count.
+CREATE FUNCTION {schema}.tenant_running(ts {schema}.tenant_schedule) RETURNS int
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT ts.running OPERATOR(pg_catalog.-) coalesce((
+          SELECT sum(r.n) FROM {schema}.slot_returns r
+          WHERE r.queue OPERATOR(pg_catalog.=) ts.queue
+            AND r.tenant OPERATOR(pg_catalog.=) ts.tenant), 0)::int $$;
