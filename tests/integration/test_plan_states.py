@@ -212,9 +212,8 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 # itself: a statement auto_explain reports from inside one is labelled "function: its first
 # words".
 ENGINE_FUNCTIONS = ("queue_vtime", "wait_and_pick", "claim_settle", "eff_weight", "claim_terms",
-                    "groups_due", "claim_fair", "return_slots", "decay_usage", "returns_lock",
-                    "fold_returns", "run_average", "fold_capped", "fold_stale_returns",
-                    "settle_capped", "tenant_running")
+                    "groups_due", "claim_fair", "return_slots", "decay_usage", "fold_returns",
+                    "fold_capped", "fold_stale_returns", "settle_capped", "tenant_running")
 FUNCTIONS_SQL = (f"SELECT {SCHEMA}.fold_stale_returns(-1.0) AS swept, "  # first: a claim folds
                  f"{SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  f"(SELECT count(*) FROM {SCHEMA}.wait_and_pick(%(queue)s, 3, true, true, false)) AS picked, "
@@ -500,10 +499,10 @@ CASES = (
     # and asks whether a due job is left after the last one it took).
     # A finish that finds its tenant's row held leaves its slot in slot_returns.
     Case("returns", "returns", returned=1, hold_row=WHALE,
-         functions=("return_slots", "returns_lock")),
+         functions=("return_slots",)),
     Case("functions", "functions", returned=1, setup=RETURNS_SETUP,
          functions=("queue_vtime", "wait_and_pick", "fold_capped", "fold_returns",
-                    "settle_capped", "fold_stale_returns", "tenant_running", "run_average"),
+                    "settle_capped", "fold_stale_returns", "tenant_running"),
          reads=(("wait_and_pick", "jobs_tenant_ready_idx"),
                 ("queue_vtime", "tenant_schedule_capped_idx"))),
 )

@@ -23,8 +23,9 @@
 
 -- The advisory lock key of a (queue, tenant)'s slot returns: class 1718710899 ('fqrs'), the
 -- hash of the pair. Two pairs with one hash share a lock: an extra wait, never a wrong count.
+-- Inlined into its callers (no SET clause; nothing looked up through the caller's path).
 CREATE FUNCTION {schema}.returns_lock(q text, t text) RETURNS int
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT pg_catalog.hashtext(q OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) t) $$;
 
 -- Fold the tenants' slot returns into their rows, which the caller holds: running down by the
@@ -64,12 +65,18 @@ END
 $$;
 
 -- The expected run time after `runs` jobs that ran `run_sum` seconds in all: an exponential
--- moving average in which each job weighs 0.2 (the first one sets it).
+-- moving average in which each job weighs 0.2 (the first one sets it). Inlined, as above.
 CREATE FUNCTION {schema}.run_average(avg_s float8, runs int, run_sum float8) RETURNS float8
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS $$ SELECT CASE WHEN runs > 0 AND run_sum IS NOT NULL
-                  THEN run_sum / runs + (coalesce(avg_s, run_sum / runs) - run_sum / runs)
-                                        * pg_catalog.power(0.8::float8, runs)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+-- OPERATOR() has one precedence, left to right: every step is in parentheses.
+AS $$ SELECT CASE WHEN runs OPERATOR(pg_catalog.>) 0 AND run_sum IS NOT NULL
+                  THEN (run_sum OPERATOR(pg_catalog./) runs::pg_catalog.float8)
+                       OPERATOR(pg_catalog.+)
+                       ((coalesce(avg_s, run_sum OPERATOR(pg_catalog./) runs::pg_catalog.float8)
+                         OPERATOR(pg_catalog.-)
+                         (run_sum OPERATOR(pg_catalog./) runs::pg_catalog.float8))
+                        OPERATOR(pg_catalog.*)
+                        pg_catalog.power(0.8::pg_catalog.float8, runs::pg_catalog.float8))
                   ELSE avg_s END $$;
 
 -- The queue's capped tenants with slots given back (slot_returns.capped): folded in, so those
@@ -179,13 +186,8 @@ DECLARE
     l_corr float8[];
     l_runs int[];
     l_sum float8[];
-    h_q text[];
-    h_t text[];
     h_rows tid[];
-    h_n int[];
-    h_corr float8[];
-    h_runs int[];
-    h_sum float8[];
+    held int;
 BEGIN
     IF due_now IS NOT NULL OR retry_ats IS NOT NULL THEN
         FOR r IN SELECT x.queue, x.tenant, x.n, coalesce(x.requeued, false) AS requeued,
@@ -214,38 +216,32 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- 2. The rest, in lock key order; the shared locks taken in that order.
-    SELECT array_agg(x.queue ORDER BY x.k, x.queue, x.tenant),
-           array_agg(x.tenant ORDER BY x.k, x.queue, x.tenant),
-           array_agg(x.n ORDER BY x.k, x.queue, x.tenant),
-           array_agg(coalesce(x.corr, 0.0) ORDER BY x.k, x.queue, x.tenant),
-           array_agg(coalesce(x.runs, 0) ORDER BY x.k, x.queue, x.tenant),
-           array_agg(coalesce(x.mean * x.runs, 0.0) ORDER BY x.k, x.queue, x.tenant)
-    INTO l_q, l_t, l_n, l_corr, l_runs, l_sum
-    FROM (SELECT x.*, {schema}.returns_lock(x.queue, x.tenant) AS k
-          FROM unnest(queues, tenants, counts, due_now, retry_ats, corrections, run_counts,
-                      run_means)
-              AS x(queue, tenant, n, requeued, retry_at, corr, runs, mean)
-          WHERE x.tenant IS NOT NULL
-            AND NOT (coalesce(x.requeued, false) OR x.retry_at IS NOT NULL)) x;
+    -- 2. The rest, in lock key order, one statement: each tenant's lock taken shared, in that
+    -- order (a volatile call, made as the sorted rows come), and its row locked if it is free
+    -- (SKIP LOCKED: nothing waits for a row while holding these locks). h_rows: the rows it
+    -- locked, NULL where another transaction holds the row.
+    SELECT array_agg(x.queue), array_agg(x.tenant), array_agg(x.n), array_agg(x.corr),
+           array_agg(x.runs), array_agg(x.run_sum), array_agg(y.ctid)
+    INTO l_q, l_t, l_n, l_corr, l_runs, l_sum, h_rows
+    FROM (SELECT x.*, pg_catalog.pg_advisory_xact_lock_shared(1718710899, x.k) IS NULL AS unlocked
+          FROM (SELECT x.queue, x.tenant, x.n, coalesce(x.corr, 0.0) AS corr,
+                       coalesce(x.runs, 0) AS runs, coalesce(x.mean * x.runs, 0.0) AS run_sum,
+                       {schema}.returns_lock(x.queue, x.tenant) AS k
+                FROM unnest(queues, tenants, counts, due_now, retry_ats, corrections,
+                            run_counts, run_means)
+                    AS x(queue, tenant, n, requeued, retry_at, corr, runs, mean)
+                WHERE x.tenant IS NOT NULL
+                  AND NOT (coalesce(x.requeued, false) OR x.retry_at IS NOT NULL)
+                ORDER BY 7, 1, 2 OFFSET 0) x) x
+    LEFT JOIN LATERAL (
+        SELECT ts.ctid FROM {schema}.tenant_schedule ts
+        WHERE ts.queue = x.queue AND ts.tenant = x.tenant AND NOT x.unlocked  -- after the lock
+        FOR NO KEY UPDATE OF ts SKIP LOCKED) y ON true;
     IF l_q IS NULL THEN
         RETURN written;
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1718710899, k.k)
-    FROM (SELECT DISTINCT {schema}.returns_lock(x.q, x.t) AS k
-          FROM unnest(l_q, l_t) AS x(q, t) ORDER BY 1 OFFSET 0) k;
-    -- Rows free now, locked without waiting: nothing waits for a row while holding these locks.
-    SELECT coalesce(array_agg(x.q), '{}'), coalesce(array_agg(x.t), '{}'),
-           coalesce(array_agg(y.ctid), '{}'), coalesce(array_agg(x.n), '{}'),
-           coalesce(array_agg(x.corr), '{}'), coalesce(array_agg(x.runs), '{}'),
-           coalesce(array_agg(x.run_sum), '{}')
-    INTO h_q, h_t, h_rows, h_n, h_corr, h_runs, h_sum
-    FROM unnest(l_q, l_t, l_n, l_corr, l_runs, l_sum) AS x(q, t, n, corr, runs, run_sum)
-    CROSS JOIN LATERAL (
-        SELECT ts.ctid FROM {schema}.tenant_schedule ts
-        WHERE ts.queue = x.q AND ts.tenant = x.t
-        FOR NO KEY UPDATE OF ts SKIP LOCKED) y;
-    IF cardinality(h_rows) > 0 THEN
+    held := cardinality(array_remove(h_rows, NULL));
+    IF held > 0 THEN
         -- A statement of its own, by the ctids just locked (a Tid Scan): it reaches the rows
         -- through their newest version.
         UPDATE {schema}.tenant_schedule ts
@@ -253,19 +249,20 @@ BEGIN
             vtime = CASE WHEN ts.active AND x.corr <> 0.0
                          THEN ts.vtime + x.corr / {schema}.eff_weight(ts) ELSE ts.vtime END,
             avg_run_s = {schema}.run_average(ts.avg_run_s, x.runs, x.run_sum)
-        FROM unnest(h_rows, h_n, h_corr, h_runs, h_sum) AS x(row_, n, corr, runs, run_sum)
+        FROM unnest(h_rows, l_n, l_corr, l_runs, l_sum) AS x(row_, n, corr, runs, run_sum)
         WHERE ts.ctid = x.row_;
         GET DIAGNOSTICS k = ROW_COUNT;
         written := written + k;
     END IF;
-    IF cardinality(h_q) < cardinality(l_q) THEN
+    IF held < cardinality(l_q) THEN
+        -- A statement after the locks: it reads whether each tenant is capped as of now.
         INSERT INTO {schema}.slot_returns (queue, tenant, n, corr, runs, run_sum, capped)
         SELECT x.q, x.t, x.n, x.corr, x.runs, x.run_sum,
                coalesce((SELECT ts.running >= ts.max_running FROM {schema}.tenant_schedule ts
                          WHERE ts.queue = x.q AND ts.tenant = x.t), false)
-        FROM unnest(l_q, l_t, l_n, l_corr, l_runs, l_sum) AS x(q, t, n, corr, runs, run_sum)
-        WHERE NOT EXISTS (SELECT 1 FROM unnest(h_q, h_t) AS h(q, t)
-                          WHERE h.q = x.q AND h.t = x.t);
+        FROM unnest(l_q, l_t, l_n, l_corr, l_runs, l_sum, h_rows)
+            AS x(q, t, n, corr, runs, run_sum, row_)
+        WHERE x.row_ IS NULL;
     END IF;
     RETURN written;
 END
