@@ -262,10 +262,6 @@ BEGIN
             FROM per_tenant p
             LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
             LEFT JOIN defaults d ON true
-            -- A tenant seen here needs no insert (nor its queue_vtime); one another producer
-            -- has not committed yet is left to ON CONFLICT.
-            WHERE NOT EXISTS (SELECT FROM {schema}.tenant_schedule o
-                              WHERE o.queue = p.queue AND o.tenant = p.tenant)
             ORDER BY p.queue, p.tenant
             ON CONFLICT (queue, tenant) DO NOTHING
             RETURNING ts.queue
