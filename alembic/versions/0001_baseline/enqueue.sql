@@ -38,6 +38,12 @@ DECLARE
     w_tenants text[];
     w_runs timestamptz[];
     fast bool;
+    fast_queue text;
+    fast_task text;
+    fast_priority int;
+    fast_cost float8;
+    fast_attempts int;
+    fast_lease int;
     fast_run timestamptz;
     t_queues text[];
     t_tenants text[];
@@ -152,23 +158,27 @@ BEGIN
     LOOP
         attempt := attempt + 1;
         IF fast THEN
+            -- The shared values as scalars: a generic plan (fairq's sessions force them) would
+            -- subscript and coalesce each array once a row.
+            fast_queue := coalesce(queues[1], 'default');
+            fast_priority := coalesce(priorities[1], 0);
+            fast_cost := coalesce(costs[1], 1);
+            fast_attempts := coalesce(enqueue_many.max_attempts[1], 5);
+            fast_lease := coalesce(enqueue_many.lease_seconds[1], 300);
             -- A delay is added to the database clock, never to the producer's.
             fast_run := coalesce(run_ats[1], now() + make_interval(secs => coalesce(delays[1], 0)));
+            fast_task := tasks[1];
             WITH ins AS (
                 INSERT INTO {schema}.jobs AS j (queue, tenant, task, payload, priority, cost,
                                                 run_at, max_attempts, lease_seconds)
-                SELECT coalesce(queues[1], 'default'), i.tenant, tasks[1],
-                       coalesce(i.payload, '{}'), coalesce(priorities[1], 0),
-                       coalesce(costs[1], 1), fast_run,
-                       coalesce(enqueue_many.max_attempts[1], 5),
-                       coalesce(enqueue_many.lease_seconds[1], 300)
+                SELECT fast_queue, i.tenant, fast_task, coalesce(i.payload, '{}'), fast_priority,
+                       fast_cost, fast_run, fast_attempts, fast_lease
                 FROM unnest(tenants, payloads) WITH ORDINALITY AS i(tenant, payload, ord)
                 ORDER BY i.ord
                 RETURNING j.id
             )
             SELECT array_agg(ins.id ORDER BY ins.id) INTO new_ids FROM ins;
-            SELECT array_agg(coalesce(queues[1], 'default')), array_agg(t.tenant ORDER BY t.tenant),
-                   array_agg(fast_run)
+            SELECT array_agg(fast_queue), array_agg(t.tenant ORDER BY t.tenant), array_agg(fast_run)
             INTO t_queues, t_tenants, t_runs
             FROM (SELECT DISTINCT u.tenant FROM unnest(tenants) AS u(tenant)) t;
         ELSE
