@@ -120,14 +120,16 @@ BEGIN
         -- as Python's client writes it; jsonb::text adds those spaces, taken out again only for
         -- the rare payload near the limit) and 100 levels of arrays and objects (a container
         -- at level 100 below the top is the 101st). Fewer than 200 bytes of text cannot nest
-        -- 101 levels, so short payloads skip the path query.
+        -- 101 levels, so short payloads skip the path query. OFFSET 0 keeps the subquery
+        -- whole: flattened, each mention of its size would convert the payload to text again.
         (SELECT 'payload' || CASE WHEN n = 1 THEN '' ELSE ' ' || p.ord END || ' is ' || CASE
                     WHEN c.size > 1048576 THEN c.size || ' bytes as JSON text; the limit is 1048576'
                     ELSE 'nested more than 100 levels deep; the limit is 100 levels of arrays '
                          'and objects'
                 END
          FROM (SELECT x.ord, octet_length(x.p::text) AS size, x.p
-               FROM unnest(payloads) WITH ORDINALITY AS x(p, ord) WHERE x.p IS NOT NULL) p
+               FROM unnest(payloads) WITH ORDINALITY AS x(p, ord) WHERE x.p IS NOT NULL
+               OFFSET 0) p
          CROSS JOIN LATERAL (
              SELECT CASE WHEN p.size <= 1048576 THEN p.size
                          ELSE octet_length(regexp_replace(
