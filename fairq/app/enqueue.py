@@ -95,7 +95,10 @@ def new_job_chunks(tasks: Mapping[str, Task[Any]], task: str, items: Iterable[It
         if type(tenant) is not str or tenant not in valid_tenants:
             valid_tenants.add(check_name("tenant", tenant))
         tenants.append(tenant)
-        payloads.append(check_payload({} if payload is None else payload))
+        # No payload, or an empty object (a job that only needs its task and tenant): its
+        # JSON text, without the encoder.
+        payloads.append("{}" if payload is None or (type(payload) is dict and not payload)
+                        else check_payload(payload))
         keys.append(key)
     yield _columns(first, tenants, payloads, keys)
 
