@@ -129,6 +129,17 @@ def test_enqueue_many_sends_chunks_as_it_checks_them_and_commits_all_or_none(
     assert [r[0] for r in rows] == ids
 
 
+def test_enqueue_many_of_empty_payloads_stores_empty_objects(app: fairq.App, dsn: str) -> None:
+    """A chunk whose payloads are all {} or None sends none (NULL: the default); a chunk with
+    one other payload sends them all."""
+    items: list[tuple[str, object]] = [(f"t{i % 3}", None if i % 2 else {}) for i in range(6_000)]
+    items[5_500] = ("t0", {"only": 1})
+    ids = app.enqueue_many("mail", items)
+    rows = sql_rows(dsn, "SELECT id, payload FROM fairq.jobs ORDER BY id")
+    assert [r[0] for r in rows] == ids
+    assert [r[1] for r in rows] == [{"only": 1} if i == 5_500 else {} for i in range(6_000)]
+
+
 def test_enqueue_many_in_the_callers_transaction_checks_every_chunk_first(
         app: fairq.App, dsn: str) -> None:
     """With ``connection=`` nothing is written before every item is checked: a caller that
