@@ -46,6 +46,12 @@ JOBS_STORAGE = {
 }
 
 
+# The ready indexes end in the job's id, so no two of their entries are equal and deduplication
+# never merges any: without it, an enqueue that fills a leaf page splits it without first
+# passing over every entry (5% of a bulk enqueue's time).
+READY_INDEX_STORAGE = {"deduplicate_items": "off"}
+
+
 # Weights in [0.001, 1000] (fairq.validation): virtual time advances by cost / weight per job.
 WEIGHT_CHECK = "weight >= 0.001 AND weight <= 1000"
 
@@ -179,6 +185,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
             "run_at",
             "id",
             postgresql_where=text("status = 'queued'"),
+            postgresql_with=READY_INDEX_STORAGE,
         ),
         # The fifo policy's claim: the global order of ready jobs.
         # Its predicate says ``cost > 0`` (always true, jobs_cost_check) so that the per-tenant
@@ -191,6 +198,7 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
             "run_at",
             "id",
             postgresql_where=text("status = 'queued' AND cost > 0"),
+            postgresql_with=READY_INDEX_STORAGE,
         ),
         # The reaper: running jobs by lease expiry. Rows holding a lease (only running jobs
         # do), not "status = 'running'": the finishes check that, and with that predicate the

@@ -152,10 +152,12 @@ def upgrade() -> None:
              + ", ".join(f"{k} = {v}" for k, v in JOBS_STORAGE.items()) + ")")
     op.create_index("jobs_tenant_ready_idx", "jobs",
                     ["queue", "tenant", sa.text("priority DESC"), "run_at", "id"], schema=s,
-                    postgresql_where=sa.text("status = 'queued'"))
+                    postgresql_where=sa.text("status = 'queued'"),
+                    postgresql_with={"deduplicate_items": "off"})
     op.create_index("jobs_fifo_ready_idx", "jobs",
                     ["queue", sa.text("priority DESC"), "run_at", "id"], schema=s,
-                    postgresql_where=sa.text("status = 'queued' AND cost > 0"))
+                    postgresql_where=sa.text("status = 'queued' AND cost > 0"),
+                    postgresql_with={"deduplicate_items": "off"})
     op.create_index("jobs_lease_idx", "jobs", ["locked_until"], schema=s,
                     postgresql_where=sa.text("locked_until IS NOT NULL"))
     op.create_index("jobs_key_idx", "jobs", ["task", "tenant", "key"], unique=True, schema=s,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from fairq import validation as v
 from fairq.app.depth import QueueDepth, queue_depth
-from fairq.app.enqueue import Item, new_job, new_jobs
+from fairq.app.enqueue import Item, new_job, new_job_chunks, new_jobs
 from fairq.app.task import Task, default_name
 from fairq.app.tenants import Groups, Tenants
 from fairq.config import resolve_dsn, resolve_schema
@@ -20,6 +20,7 @@ from fairq.job import Job
 from fairq.models import JobInfo, NewJobColumns
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.store import Store
+from fairq.store.enqueue import CHUNK
 
 if TYPE_CHECKING:
     from fairq.admin.ops import Retried
@@ -288,13 +289,20 @@ class App:
         connection: Any = None,
     ) -> list[int]:
         """Enqueue ``(tenant, payload)`` pairs, or ``(tenant, payload, key)`` triples (a key as
-        in ``enqueue``): one round trip per chunk of 5,000, all validated first."""
-        jobs = new_jobs(self.tasks, task, items, run_at=run_at, delay=delay,
-                        priority=priority, cost=cost, queue=queue)
-        if not jobs:
-            return []
-        ids = self.store.enqueue(jobs, connection=connection)
-        self._count(jobs)
+        in ``enqueue``): one statement per chunk of 5,000, all validated before anything is
+        committed (with ``connection``, before anything is written)."""
+        chunks = new_job_chunks(self.tasks, task, items, size=CHUNK, run_at=run_at,
+                                delay=delay, priority=priority, cost=cost, queue=queue)
+        sent: list[NewJobColumns] = []
+
+        def made() -> Iterator[NewJobColumns]:  # each chunk, counted once all are in
+            for jobs in chunks:
+                sent.append(jobs)
+                yield jobs
+
+        ids = self.store.enqueue_chunks(made(), connection=connection)
+        for jobs in sent:
+            self._count(jobs)
         return ids
 
     async def enqueue_many_async(

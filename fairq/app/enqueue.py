@@ -3,7 +3,8 @@ anything is written (``App.enqueue``, ``App.enqueue_many``, ``App.periodic``).""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -52,10 +53,22 @@ def new_jobs(tasks: Mapping[str, Task[Any]], task: str, items: Iterable[Item], *
              run_at: datetime | None, delay: float | timedelta | None,
              priority: int | None, cost: float | None, queue: str | None) -> NewJobColumns:
     """``enqueue_many``'s items, validated, as the columns the store sends."""
+    chunks = new_job_chunks(tasks, task, items, size=sys.maxsize, run_at=run_at, delay=delay,
+                            priority=priority, cost=cost, queue=queue)
+    return next(chunks, None) or NewJobColumns.of([])
+
+
+def new_job_chunks(tasks: Mapping[str, Task[Any]], task: str, items: Iterable[Item], *,
+                   size: int, run_at: datetime | None, delay: float | timedelta | None,
+                   priority: int | None, cost: float | None,
+                   queue: str | None) -> Iterator[NewJobColumns]:
+    """``enqueue_many``'s items as the columns the store sends, ``size`` jobs a chunk (the
+    last may be shorter, none is empty), each validated only when it is asked for: the store
+    can send one chunk and check the next while the server inserts it."""
     pairs = iter(items)
     first_pair = next(pairs, None)
     if first_pair is None:
-        return NewJobColumns.of([])
+        return
     # The first job goes through every check (so errors come in enqueue's order); the rest
     # share its task, queue and options and differ only in tenant, payload and key.
     tenant0, payload0, key0 = _item(first_pair, 0)
@@ -66,19 +79,33 @@ def new_jobs(tasks: Mapping[str, Task[Any]], task: str, items: Iterable[Item], *
     keys: list[str | None] = [first.key]
     valid_tenants = {first.tenant}
     check_name, check_payload = v.name, v.payload
+    done = 0  # items of the chunks already yielded
     for item in pairs:
+        if len(tenants) == size:
+            yield _columns(first, tenants, payloads, keys)
+            done += size
+            tenants, payloads, keys = [], [], []
         if type(item) is tuple and len(item) == 2:  # the common shape, checked cheaply
             tenant, payload = item
             key = None
         else:
-            tenant, payload, key = _item(item, len(tenants))
+            tenant, payload, key = _item(item, done + len(tenants))
             if key is not None:
                 check_name("key", key)
         if type(tenant) is not str or tenant not in valid_tenants:
             valid_tenants.add(check_name("tenant", tenant))
         tenants.append(tenant)
-        payloads.append(check_payload({} if payload is None else payload))
+        # No payload, or an empty object (a job that only needs its task and tenant): its
+        # JSON text, without the encoder.
+        payloads.append("{}" if payload is None or (type(payload) is dict and not payload)
+                        else check_payload(payload))
         keys.append(key)
+    yield _columns(first, tenants, payloads, keys)
+
+
+def _columns(first: NewJob, tenants: list[str], payloads: list[str],
+             keys: list[str | None]) -> NewJobColumns:
+    """One chunk of ``enqueue_many``: its tenants, payloads and keys, the rest ``first``'s."""
     n = len(tenants)
     return NewJobColumns(
         tasks=[first.task] * n, tenants=tenants, payloads_json=payloads,

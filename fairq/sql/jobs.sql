@@ -9,9 +9,15 @@
 -- commit; returns the ids in input order. Tenants and payloads come one element per job;
 -- every other array has one element per job or a single element that every job of the chunk
 -- shares (a bulk enqueue), so it is neither sent nor unnested 5,000 times. The arrays go in binary.
+-- The payloads go as JSON text, parsed one by one: a cast of the whole text[] to jsonb[]
+-- costs several times as much (about 2 us a payload against 0.25). NULL when every payload of
+-- the chunk is {}, the default: nothing to send, parse or check.
 SELECT {schema}.enqueue_many(
     tasks => %(tasks)b::text[], tenants => %(tenants)b::text[],
-    payloads => %(payloads)b::text[]::jsonb[], queues => %(queues)b::text[],
+    payloads => CASE WHEN %(payloads)b::text[] IS NOT NULL THEN
+        ARRAY(SELECT p::jsonb FROM unnest(%(payloads)b::text[]) WITH ORDINALITY AS u(p, o)
+              ORDER BY o) END,
+    queues => %(queues)b::text[],
     run_ats => %(run_ats)b::timestamptz[], delays => %(delays)b::float8[],
     priorities => %(priorities)b::int[], costs => %(costs)b::float8[],
     max_attempts => %(max_attempts)b::int[], lease_seconds => %(leases)b::int[],

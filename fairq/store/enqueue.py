@@ -25,13 +25,15 @@ def enqueue_params(jobs: NewJobColumns) -> dict[str, Any]:
 
     The arrays go in binary (the statement's %(name)b): no text quoting of 5,000 payloads.
     A binary array must be of one Python type, hence the float() of costs and delays.
-    A column whose jobs all share one value goes as that one value (see the statement).
+    A column whose jobs all share one value goes as that one value (see the statement), and
+    payloads that are all ``{}`` (the default) go as NULL.
     """
+    payloads = jobs.payloads_json
     return {
         "queues": _one_if_all_equal(jobs.queues),
         "tenants": jobs.tenants,
         "tasks": _one_if_all_equal(jobs.tasks),
-        "payloads": jobs.payloads_json,
+        "payloads": None if payloads.count("{}") == len(payloads) else payloads,
         "priorities": _one_if_all_equal(jobs.priorities),
         "costs": [float(c) for c in _one_if_all_equal(jobs.costs)],
         "run_ats": _one_if_all_equal(jobs.run_ats),

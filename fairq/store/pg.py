@@ -7,7 +7,8 @@ settings and the cursor of each operation are ``StoreSessions``' (``store.sessio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any
@@ -44,29 +45,56 @@ class Store(StoreSessions):
     def enqueue(self, jobs: Sequence[NewJob] | NewJobColumns, connection: Any = None) -> list[int]:
         """Insert ``jobs`` (one round trip per chunk); in ``connection``'s transaction if given."""
         columns = jobs if isinstance(jobs, NewJobColumns) else NewJobColumns.of(jobs)
-        ids: list[int] = []
+        return self.enqueue_chunks((columns.chunk(start, start + CHUNK)
+                                    for start in range(0, len(columns), CHUNK)), connection)
+
+    def enqueue_chunks(self, chunks: Iterable[NewJobColumns], connection: Any = None) -> list[int]:
+        """Insert the jobs of ``chunks`` (of ``CHUNK`` jobs each but the last: one statement a
+        chunk), in ``connection``'s transaction if given, else all or none in one of their own.
+        Several chunks go down one pipeline, so a lazy ``chunks`` makes (and checks) the next
+        chunk while the server inserts the last; with ``connection`` they are all made first:
+        nothing may be written to the caller's transaction before every job is checked."""
+        rest = iter(chunks)
+        first = next(rest, None)
+        if first is None or not len(first):
+            return []
         if connection is not None:
             conn = connection_for(connection)
-            with conn.cursor() as cur:
-                for start in range(0, len(columns), CHUNK):
-                    ids.extend(self._enqueue_chunk(cur, columns.chunk(start, start + CHUNK)))
-            return ids
+            later = list(rest)
+            if not later:
+                with conn.cursor() as cur:
+                    return self._enqueue_chunk(cur, first)
+            return self._enqueue_pipeline(conn, first, later)
+        if len(first) < CHUNK:  # the only chunk: one statement, its own transaction
+            with self.cursor() as cur:
+                return self._enqueue_chunk(cur, first)
         # All chunks or none; the timeouts apply too: a locked table must not hang producers.
-        with self.cursor(atomic=len(columns) > CHUNK) as cur:
-            for start in range(0, len(columns), CHUNK):
-                ids.extend(self._enqueue_chunk(cur, columns.chunk(start, start + CHUNK)))
-        return ids
+        with self.cursor(atomic=True) as cur:
+            return self._enqueue_pipeline(cur.connection, first, rest)
 
     def _enqueue_chunk(self, cur: psycopg.Cursor[Any], jobs: NewJobColumns) -> list[int]:
         try:
             cur.execute(self.statement("enqueue"), enqueue_params(jobs))
         except psycopg.Error as exc:
             raise as_invalid_input(exc) from None
-        row = cur.fetchone()
-        if row is None:
-            return []
-        first = row[0] if isinstance(row, tuple) else row["ids"]
-        return list(first or [])
+        return _enqueued_ids(cur.fetchone())
+
+    def _enqueue_pipeline(self, conn: psycopg.Connection[Any], first: NewJobColumns,
+                          rest: Iterable[NewJobColumns]) -> list[int]:
+        """Each chunk's statement sent as soon as it is made, the ids read once all are in."""
+        statement = self.statement("enqueue")
+        cursors: list[psycopg.Cursor[Any]] = []
+        try:
+            with conn.pipeline():
+                for chunk in itertools.chain((first,), rest):
+                    cursors.append(cur := conn.cursor())
+                    cur.execute(statement, enqueue_params(chunk))
+            return [job_id for cur in cursors for job_id in _enqueued_ids(cur.fetchone())]
+        except psycopg.Error as exc:
+            raise as_invalid_input(exc) from None
+        finally:
+            for cur in cursors:
+                cur.close()
 
     # -- workers ------------------------------------------------------------------------
     def claim(self, policy: ClaimPlan, *, queue: str, batch: int, worker: str) -> list[ClaimedJob]:
@@ -394,6 +422,14 @@ class Store(StoreSessions):
 
 
 _CLAIMED = {f.name for f in fields(ClaimedJob)}
+
+
+def _enqueued_ids(row: Any) -> list[int]:
+    """The ids of the ``enqueue`` statement's one row (a tuple or a dict row)."""
+    if row is None:
+        return []
+    ids = row[0] if isinstance(row, tuple) else row["ids"]
+    return list(ids or [])
 
 
 def _claimed(row: dict[str, Any]) -> ClaimedJob:

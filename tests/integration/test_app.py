@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -11,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import fairq
+import fairq.app.enqueue
 from fairq.config import sqlalchemy_url
 from fairq.observe import NullObserver
 from fairq.validation import MAX_PAYLOAD_BYTES
@@ -100,6 +102,58 @@ def test_enqueue_many_is_validated_whole_first(app: fairq.App, dsn: str) -> None
     assert count_jobs(dsn) == 0
     ids = app.enqueue_many("mail", [(f"t{i % 7}", {"i": i}) for i in range(12_000)])
     assert len(ids) == 12_000 and ids == sorted(ids) and count_jobs(dsn) == 12_000
+
+
+def test_enqueue_many_sends_chunks_as_it_checks_them_and_commits_all_or_none(
+        app: fairq.App, dsn: str) -> None:
+    """Chunks go down a pipeline while the next is checked: a bad item in the third chunk
+    writes nothing, nor does one the server refuses; good ones come back in input order."""
+    items: list[tuple[str, object]] = [(f"t{i % 7}", {"i": i}) for i in range(12_000)]
+    with pytest.raises(fairq.InvalidInput, match="tenant"):
+        app.enqueue_many("mail", [*items[:11_000], ("", {}), *items[11_000:]])
+    assert count_jobs(dsn) == 0
+    with pytest.raises(fairq.InvalidInput, match="the limit is 200"):
+        app.enqueue_many("mail", iter([*items[:11_000], ("x" * 201, {})]))
+    assert count_jobs(dsn) == 0
+    jobs = fairq.app.enqueue.new_jobs({}, "mail", items, run_at=None, delay=None,
+                                      priority=None, cost=None, queue=None)
+    costs = [1.0] * len(items)
+    costs[7_000] = -1.0  # only the SQL checks see this one, in the second chunk
+    with pytest.raises(fairq.InvalidInput, match="cost must be > 0"):
+        app.store.enqueue(dataclasses.replace(jobs, costs=costs))
+    assert count_jobs(dsn) == 0
+    ids = app.enqueue_many("mail", items)
+    assert len(ids) == 12_000 and ids == sorted(ids)
+    rows = sql_rows(dsn, "SELECT id, tenant, payload->>'i' FROM fairq.jobs ORDER BY id")
+    assert [(t, int(i)) for _, t, i in rows] == [(t, p["i"]) for t, p in items]  # type: ignore[index]
+    assert [r[0] for r in rows] == ids
+
+
+def test_enqueue_many_of_empty_payloads_stores_empty_objects(app: fairq.App, dsn: str) -> None:
+    """A chunk whose payloads are all {} or None sends none (NULL: the default); a chunk with
+    one other payload sends them all."""
+    items: list[tuple[str, object]] = [(f"t{i % 3}", None if i % 2 else {}) for i in range(6_000)]
+    items[5_500] = ("t0", {"only": 1})
+    ids = app.enqueue_many("mail", items)
+    rows = sql_rows(dsn, "SELECT id, payload FROM fairq.jobs ORDER BY id")
+    assert [r[0] for r in rows] == ids
+    assert [r[1] for r in rows] == [{"only": 1} if i == 5_500 else {} for i in range(6_000)]
+
+
+def test_enqueue_many_in_the_callers_transaction_checks_every_chunk_first(
+        app: fairq.App, dsn: str) -> None:
+    """With ``connection=`` nothing is written before every item is checked: a caller that
+    catches the refusal and commits commits none of them."""
+    items: list[tuple[str, object]] = [(f"t{i % 7}", {"i": i}) for i in range(11_000)]
+    with psycopg.connect(dsn) as conn:
+        with pytest.raises(fairq.InvalidInput):
+            app.enqueue_many("mail", [*items, ("", {})], connection=conn)
+        conn.commit()
+        assert count_jobs(dsn) == 0
+        ids = app.enqueue_many("mail", items, connection=conn)
+        assert count_jobs(dsn) == 0  # not before the caller commits
+        conn.commit()
+    assert len(ids) == 11_000 and ids == sorted(ids) and count_jobs(dsn) == 11_000
 
 
 def test_enqueue_many_returns_ids_in_input_order_with_each_jobs_fields(app: fairq.App, dsn: str) -> None:

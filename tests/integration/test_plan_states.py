@@ -1007,20 +1007,23 @@ def test_one_tenant_needs_the_session_settings(one_tenant: str) -> None:
 
 
 # -- the enqueue ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("tasks", ["ARRAY['plan', 'plan']", "ARRAY['plan']"],
+                         ids=["general", "shared_shape"])
 @pytest.mark.parametrize("state", ["fresh", "analyzed_one_tenant"])
 @pytest.mark.parametrize("mode", MODES)
-def test_the_enqueue_reads_only_its_tenants(states: States, state: str, mode: str) -> None:
+def test_the_enqueue_reads_only_its_tenants(states: States, state: str, mode: str,
+                                            tasks: str) -> None:
     """A job for a busy tenant and one for a new tenant, through the SQL enqueue, in fairq's
     session settings (sorts off among them): no statement of it reads tenant_schedule beyond
     the chunk's tenants and the queue's first (the guards' row bounds; no Seq Scan), among
     hundreds of tenants. A lock of the chunk's tenants by a join ordered by tenant_schedule's
     key reads every tenant by primary key with sorts off; enqueue_many locks each by its key.
     In analyzed_one_tenant queue_vtime, for the new tenant, reads the whole queue with sorts
-    on."""
+    on. One task a job takes the general path; one task for both, App.enqueue_many's shape."""
     problems: list[Problem] = []
     with session(states.dsn(state), mode) as (conn, notices, sources), \
             conn.transaction(force_rollback=True):
-        conn.execute(f"SELECT {SCHEMA}.enqueue_many(tasks => ARRAY['plan', 'plan'], "
+        conn.execute(f"SELECT {SCHEMA}.enqueue_many(tasks => {tasks}, "
                      f"tenants => ARRAY[%s, 'newcomer'], queues => ARRAY[%s])",
                      (WHALE, QUEUE), prepare=True)
         conn.execute(END_MARK)

@@ -522,3 +522,68 @@ def test_a_duplicate_key_sends_no_notification(dsn: str) -> None:
         assert list(listener.notifies(timeout=0.5, stop_after=1)) == []
         enqueue_sql(dsn, task="t", tenant="a", key="k2")
         assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == ["default"]
+
+
+SHARED_SHAPE_CASES = [
+    pytest.param({}, id="due"),
+    pytest.param({"delays": [90.0]}, id="delayed"),
+    pytest.param({"priorities": [3], "costs": [2.5], "max_attempts": [2], "lease_seconds": [60]},
+                 id="options"),
+]
+
+
+@pytest.mark.parametrize("shared", SHARED_SHAPE_CASES)
+def test_the_shared_shape_writes_what_the_general_path_writes(dsn: str,
+                                                               shared: dict[str, Any]) -> None:
+    """enqueue_many's path for App.enqueue_many's shape (no key, every column but tenants and
+    payloads one element) against the general one (every column one element per job), in one
+    transaction (one now()): the same jobs with ids in input order, the same tenants created,
+    woken (an idle one whose wake-up is later) or left asleep, and a NOTIFY for each queue."""
+    tenants = ["idle", "new", "idle", "busy", "new2", "new"]
+    payloads = [json.dumps({"i": i}) for i in range(len(tenants))]
+    queues = {"fast": "q_fast", "general": "q_general"}
+    n = len(tenants)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN fairq_fairq")
+        with psycopg.connect(dsn) as conn:
+            for q in queues.values():  # the same state in both queues
+                conn.execute("INSERT INTO fairq.tenant_schedule (queue, tenant, vtime, active, "
+                             "wake_at) VALUES (%(q)s, 'busy', 4.0, true, NULL), "
+                             "(%(q)s, 'idle', 1.0, false, now() + interval '1 hour')", {"q": q})
+            ids = {}
+            for path, q in queues.items():
+                args = {"tasks": ["t"], "queues": [q], **shared}
+                if path == "general":  # one element per job: never the shared shape
+                    args = {name: value * n for name, value in args.items()}
+                named = ", ".join(f"{name} => %({name})s" for name in args)
+                row = conn.execute(
+                    f"SELECT fairq.enqueue_many(tenants => %(tenants)s, "
+                    f"payloads => %(payloads)s::jsonb[], {named})",
+                    {"tenants": tenants, "payloads": payloads, **args}).fetchone()
+                assert row is not None
+                ids[path] = row[0]
+            jobs = {path: conn.execute(
+                "SELECT tenant, task, payload, status, priority, cost, run_at, attempts, "
+                "max_attempts, lease_seconds, key FROM fairq.jobs WHERE id = ANY(%s) ORDER BY id",
+                (ids[path],)).fetchall() for path in queues}
+            schedule = {path: conn.execute(
+                "SELECT tenant, weight, max_running, running, vtime, active, wake_at "
+                "FROM fairq.tenant_schedule WHERE queue = %s ORDER BY tenant",
+                (q,)).fetchall() for path, q in queues.items()}
+            conn.commit()
+        wait = 0.5 if "delays" in shared else 10  # a delayed job notifies nobody
+        notified = {x.payload for x in listener.notifies(timeout=wait, stop_after=2)}
+    for path in queues:
+        assert len(ids[path]) == n and ids[path] == sorted(ids[path]), path
+        assert [(p["i"], t) for t, _, p, *_ in jobs[path]] == list(enumerate(tenants)), path
+    assert jobs["fast"] == jobs["general"]
+    assert schedule["fast"] == schedule["general"]
+    by_tenant = {t: (active, wake_at) for t, *_, active, wake_at in schedule["fast"]}
+    assert set(by_tenant) == {"busy", "idle", "new", "new2"}
+    if "delays" in shared:  # asleep until the first job is due; idle's wake-up brought forward
+        assert not any(active for active, _ in by_tenant.values() if _ is not None)
+        assert by_tenant["idle"][1] == by_tenant["new"][1] == jobs["fast"][0][6]
+        assert notified == set()
+    else:
+        assert all(active for active, _ in by_tenant.values())
+        assert notified == set(queues.values())

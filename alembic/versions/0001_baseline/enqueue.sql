@@ -37,6 +37,17 @@ DECLARE
     w_queues text[];
     w_tenants text[];
     w_runs timestamptz[];
+    fast bool;
+    fast_queue text;
+    fast_task text;
+    fast_priority int;
+    fast_cost float8;
+    fast_attempts int;
+    fast_lease int;
+    fast_run timestamptz;
+    t_queues text[];
+    t_tenants text[];
+    t_runs timestamptz[];
 BEGIN
     IF n = 0 THEN
         RETURN '{}';
@@ -109,14 +120,16 @@ BEGIN
         -- as Python's client writes it; jsonb::text adds those spaces, taken out again only for
         -- the rare payload near the limit) and 100 levels of arrays and objects (a container
         -- at level 100 below the top is the 101st). Fewer than 200 bytes of text cannot nest
-        -- 101 levels, so short payloads skip the path query.
+        -- 101 levels, so short payloads skip the path query. OFFSET 0 keeps the subquery
+        -- whole: flattened, each mention of its size would convert the payload to text again.
         (SELECT 'payload' || CASE WHEN n = 1 THEN '' ELSE ' ' || p.ord END || ' is ' || CASE
                     WHEN c.size > 1048576 THEN c.size || ' bytes as JSON text; the limit is 1048576'
                     ELSE 'nested more than 100 levels deep; the limit is 100 levels of arrays '
                          'and objects'
                 END
          FROM (SELECT x.ord, octet_length(x.p::text) AS size, x.p
-               FROM unnest(payloads) WITH ORDINALITY AS x(p, ord) WHERE x.p IS NOT NULL) p
+               FROM unnest(payloads) WITH ORDINALITY AS x(p, ord) WHERE x.p IS NOT NULL
+               OFFSET 0) p
          CROSS JOIN LATERAL (
              SELECT CASE WHEN p.size <= 1048576 THEN p.size
                          ELSE octet_length(regexp_replace(
@@ -131,66 +144,118 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'FQ001', MESSAGE = 'fairq: ' || problem;
     END IF;
 
+    -- The shape App.enqueue_many sends: no key, and every column but tenants and payloads
+    -- shared (NULL or one element). Its jobs are inserted from those two arrays alone, with
+    -- the shared values as constants: no per-row CASE over eleven arrays, no work table of the
+    -- input, and the tenants to touch are its distinct tenants, all with the same first run.
+    fast := NOT keyed AND coalesce(cardinality(tasks), 0) <= 1
+        AND coalesce(cardinality(queues), 0) <= 1 AND coalesce(cardinality(run_ats), 0) <= 1
+        AND coalesce(cardinality(delays), 0) <= 1 AND coalesce(cardinality(priorities), 0) <= 1
+        AND coalesce(cardinality(costs), 0) <= 1
+        AND coalesce(cardinality(enqueue_many.max_attempts), 0) <= 1
+        AND coalesce(cardinality(enqueue_many.lease_seconds), 0) <= 1;
+
     -- Insert in rounds: a keyed job that lost the race to a job that has finished since it
     -- was seen is tried again (bounded: each round needs another producer's job to finish).
     LOOP
         attempt := attempt + 1;
-        -- A tenant that becomes active starts at the queue's virtual time (queue_vtime): idle
-        -- time banks no credit and no debt. Existing tenants' rows are held FOR KEY SHARE until
-        -- this transaction commits: a claim retires a tenant only under FOR UPDATE, which
-        -- conflicts, so it cannot retire one whose new job it cannot see yet; KEY SHARE does
-        -- not conflict with the claims' and finishes' FOR NO KEY UPDATE (docs/algorithm.md).
-        WITH input AS (
-            SELECT i.ord, i.tenant, coalesce(i.payload, '{}') AS payload,
-                   CASE WHEN cardinality(tasks) = 1 THEN tasks[1] ELSE i.task END AS task,
-                   coalesce(CASE WHEN cardinality(queues) = 1 THEN queues[1] ELSE i.queue END,
-                            'default') AS queue,
-                   coalesce(CASE WHEN cardinality(priorities) = 1 THEN priorities[1]
-                                 ELSE i.priority END, 0) AS priority,
-                   coalesce(CASE WHEN cardinality(costs) = 1 THEN costs[1] ELSE i.cost END, 1)
-                       AS cost,
-                   CASE WHEN cardinality(run_ats) = 1 THEN run_ats[1] ELSE i.run_at END AS run_at,
-                   CASE WHEN cardinality(delays) = 1 THEN delays[1] ELSE i.delay END AS delay,
-                   coalesce(CASE WHEN cardinality(enqueue_many.max_attempts) = 1
-                                 THEN enqueue_many.max_attempts[1] ELSE i.max_attempts END, 5)
-                       AS max_attempts,
-                   coalesce(CASE WHEN cardinality(enqueue_many.lease_seconds) = 1
-                                 THEN enqueue_many.lease_seconds[1] ELSE i.lease_seconds END, 300)
-                       AS lease_seconds,
-                   CASE WHEN cardinality(keys) = 1 THEN keys[1] ELSE i.key END AS key
-            FROM unnest(tenants, payloads, tasks, queues, priorities, costs, run_ats, delays,
-                        enqueue_many.max_attempts, enqueue_many.lease_seconds, keys)
-                WITH ORDINALITY AS i(tenant, payload, task, queue, priority, cost, run_at, delay,
-                                     max_attempts, lease_seconds, key, ord)
-            WHERE todo IS NULL OR todo[i.ord]
-        ),
-        -- Jobs without a key are inserted without ON CONFLICT: a speculative insertion costs
-        -- every row a lock and a WAL record more, for nothing.
-        plain AS (
-            INSERT INTO {schema}.jobs AS j (queue, tenant, task, payload, priority, cost, run_at,
-                                            max_attempts, lease_seconds)
+        IF fast THEN
+            -- The shared values as scalars: a generic plan (fairq's sessions force them) would
+            -- subscript and coalesce each array once a row.
+            fast_queue := coalesce(queues[1], 'default');
+            fast_priority := coalesce(priorities[1], 0);
+            fast_cost := coalesce(costs[1], 1);
+            fast_attempts := coalesce(enqueue_many.max_attempts[1], 5);
+            fast_lease := coalesce(enqueue_many.lease_seconds[1], 300);
             -- A delay is added to the database clock, never to the producer's.
-            SELECT i.queue, i.tenant, i.task, i.payload, i.priority, i.cost,
-                   coalesce(i.run_at, now() + make_interval(secs => coalesce(i.delay, 0))),
-                   i.max_attempts, i.lease_seconds
-            FROM input i WHERE i.key IS NULL ORDER BY i.ord
-            RETURNING j.id, j.queue, j.tenant, j.run_at, j.key
-        ),
-        with_key AS (
-            INSERT INTO {schema}.jobs AS j (queue, tenant, task, payload, priority, cost, run_at,
-                                            max_attempts, lease_seconds, key)
-            SELECT i.queue, i.tenant, i.task, i.payload, i.priority, i.cost,
-                   coalesce(i.run_at, now() + make_interval(secs => coalesce(i.delay, 0))),
-                   i.max_attempts, i.lease_seconds, i.key
-            FROM input i WHERE i.key IS NOT NULL ORDER BY i.ord
-            ON CONFLICT (task, tenant, key)
-                WHERE key IS NOT NULL AND status IN ('queued', 'running')
-            DO NOTHING
-            RETURNING j.id, j.queue, j.tenant, j.run_at, j.key
-        ),
-        ins AS (SELECT * FROM plain UNION ALL SELECT * FROM with_key),
-        per_tenant AS (
-            SELECT ins.queue, ins.tenant, min(ins.run_at) AS first_run FROM ins GROUP BY 1, 2
+            fast_run := coalesce(run_ats[1], now() + make_interval(secs => coalesce(delays[1], 0)));
+            fast_task := tasks[1];
+            WITH ins AS (
+                INSERT INTO {schema}.jobs AS j (queue, tenant, task, payload, priority, cost,
+                                                run_at, max_attempts, lease_seconds)
+                SELECT fast_queue, i.tenant, fast_task, coalesce(i.payload, '{}'), fast_priority,
+                       fast_cost, fast_run, fast_attempts, fast_lease
+                FROM unnest(tenants, payloads) WITH ORDINALITY AS i(tenant, payload, ord)
+                ORDER BY i.ord
+                RETURNING j.id
+            )
+            SELECT array_agg(ins.id ORDER BY ins.id) INTO new_ids FROM ins;
+            SELECT array_agg(fast_queue), array_agg(t.tenant ORDER BY t.tenant), array_agg(fast_run)
+            INTO t_queues, t_tenants, t_runs
+            FROM (SELECT DISTINCT u.tenant FROM unnest(tenants) AS u(tenant)) t;
+        ELSE
+            WITH input AS (
+                SELECT i.ord, i.tenant, coalesce(i.payload, '{}') AS payload,
+                       CASE WHEN cardinality(tasks) = 1 THEN tasks[1] ELSE i.task END AS task,
+                       coalesce(CASE WHEN cardinality(queues) = 1 THEN queues[1] ELSE i.queue END,
+                                'default') AS queue,
+                       coalesce(CASE WHEN cardinality(priorities) = 1 THEN priorities[1]
+                                     ELSE i.priority END, 0) AS priority,
+                       coalesce(CASE WHEN cardinality(costs) = 1 THEN costs[1] ELSE i.cost END, 1)
+                           AS cost,
+                       CASE WHEN cardinality(run_ats) = 1 THEN run_ats[1] ELSE i.run_at END
+                           AS run_at,
+                       CASE WHEN cardinality(delays) = 1 THEN delays[1] ELSE i.delay END AS delay,
+                       coalesce(CASE WHEN cardinality(enqueue_many.max_attempts) = 1
+                                     THEN enqueue_many.max_attempts[1] ELSE i.max_attempts END, 5)
+                           AS max_attempts,
+                       coalesce(CASE WHEN cardinality(enqueue_many.lease_seconds) = 1
+                                     THEN enqueue_many.lease_seconds[1]
+                                     ELSE i.lease_seconds END, 300) AS lease_seconds,
+                       CASE WHEN cardinality(keys) = 1 THEN keys[1] ELSE i.key END AS key
+                FROM unnest(tenants, payloads, tasks, queues, priorities, costs, run_ats, delays,
+                            enqueue_many.max_attempts, enqueue_many.lease_seconds, keys)
+                    WITH ORDINALITY AS i(tenant, payload, task, queue, priority, cost, run_at,
+                                         delay, max_attempts, lease_seconds, key, ord)
+                WHERE todo IS NULL OR todo[i.ord]
+            ),
+            -- Jobs without a key are inserted without ON CONFLICT: a speculative insertion costs
+            -- every row a lock and a WAL record more, for nothing.
+            plain AS (
+                INSERT INTO {schema}.jobs AS j (queue, tenant, task, payload, priority, cost,
+                                                run_at, max_attempts, lease_seconds)
+                -- A delay is added to the database clock, never to the producer's.
+                SELECT i.queue, i.tenant, i.task, i.payload, i.priority, i.cost,
+                       coalesce(i.run_at, now() + make_interval(secs => coalesce(i.delay, 0))),
+                       i.max_attempts, i.lease_seconds
+                FROM input i WHERE i.key IS NULL ORDER BY i.ord
+                RETURNING j.id, j.queue, j.tenant, j.run_at
+            ),
+            with_key AS (
+                INSERT INTO {schema}.jobs AS j (queue, tenant, task, payload, priority, cost,
+                                                run_at, max_attempts, lease_seconds, key)
+                SELECT i.queue, i.tenant, i.task, i.payload, i.priority, i.cost,
+                       coalesce(i.run_at, now() + make_interval(secs => coalesce(i.delay, 0))),
+                       i.max_attempts, i.lease_seconds, i.key
+                FROM input i WHERE i.key IS NOT NULL ORDER BY i.ord
+                ON CONFLICT (task, tenant, key)
+                    WHERE key IS NOT NULL AND status IN ('queued', 'running')
+                DO NOTHING
+                RETURNING j.id, j.queue, j.tenant, j.run_at
+            ),
+            per_tenant AS (
+                SELECT ins.queue, ins.tenant, min(ins.run_at) AS first_run
+                FROM (SELECT * FROM plain UNION ALL SELECT * FROM with_key) ins GROUP BY 1, 2
+            )
+            -- The jobs without a key got their ids in input order (only keyed ones can be
+            -- skipped).
+            SELECT (SELECT array_agg(plain.id ORDER BY plain.id) FROM plain),
+                   array_agg(p.queue ORDER BY p.queue, p.tenant),
+                   array_agg(p.tenant ORDER BY p.queue, p.tenant),
+                   array_agg(p.first_run ORDER BY p.queue, p.tenant)
+            INTO new_ids, t_queues, t_tenants, t_runs
+            FROM per_tenant p;
+        END IF;
+        -- The tenants of the jobs just inserted, one row each (t_queues, t_tenants, t_runs: in
+        -- (queue, tenant) order, with their first job's run_at). A tenant that becomes active
+        -- starts at the queue's virtual time (queue_vtime): idle time banks no credit and no
+        -- debt. Existing tenants' rows are held FOR KEY SHARE until this transaction commits:
+        -- a claim retires a tenant only under FOR UPDATE, which conflicts, so it cannot retire
+        -- one whose new job it cannot see yet; KEY SHARE does not conflict with the claims' and
+        -- finishes' FOR NO KEY UPDATE (docs/algorithm.md).
+        WITH per_tenant AS (
+            SELECT p.queue, p.tenant, p.first_run
+            FROM unnest(t_queues, t_tenants, t_runs) AS p(queue, tenant, first_run)
         ),
         defaults AS (
             SELECT (s.value->>'weight')::float8 AS weight, (s.value->>'max_running')::int AS max_running,
@@ -210,17 +275,19 @@ BEGIN
             LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
             LEFT JOIN defaults d ON true
             -- Only tenants without a row: a conflict check on a row a claim or finish has just
-            -- rewritten (every such update adds a primary key entry) waits for its commit.
-            WHERE NOT EXISTS (SELECT 1 FROM {schema}.tenant_schedule o
-                              WHERE o.queue = p.queue AND o.tenant = p.tenant)
+            -- rewritten (every such update adds a primary key entry) waits for its commit. A
+            -- scalar subquery, a probe by key per tenant: NOT EXISTS becomes an anti join that,
+            -- planned generic with sorts off, reads the table's whole key.
+            WHERE (SELECT true FROM {schema}.tenant_schedule o
+                   WHERE o.queue = p.queue AND o.tenant = p.tenant) IS NULL
             ORDER BY p.queue, p.tenant
             ON CONFLICT (queue, tenant) DO NOTHING
             RETURNING ts.queue
         ),
-        -- The chunk's tenants locked in (queue, tenant) order, each by its key: the order is
-        -- sorted from the chunk's few tenants, never read from tenant_schedule's primary key,
-        -- which the planner reads whole in order when the session plans with sorts off, as
-        -- fairq's sessions do.
+        -- The tenants locked in (queue, tenant) order, each by its key: the order is sorted
+        -- from the chunk's few tenants, never read from tenant_schedule's primary key, which
+        -- the planner reads whole in order when the session plans with sorts off, as fairq's
+        -- sessions do.
         seen AS MATERIALIZED (
             SELECT x.queue, x.tenant, x.active, x.wake_at
             FROM (SELECT p.queue, p.tenant FROM per_tenant p ORDER BY p.queue, p.tenant) p
@@ -234,12 +301,10 @@ BEGIN
             SELECT count(pg_notify({channel}, q.queue)) AS sent
             FROM (SELECT DISTINCT p.queue FROM per_tenant p WHERE p.first_run <= now()) q
         )
-        -- The jobs without a key got their ids in input order (only keyed ones can be skipped);
-        -- the idle tenants to wake, in (queue, tenant) order (those that stay idle only when
+        -- The idle tenants to wake, in (queue, tenant) order (those that stay idle only when
         -- their new first job is earlier than their wake-up).
-        SELECT (SELECT array_agg(plain.id ORDER BY plain.id) FROM plain),
-               w.queues, w.tenants, w.runs
-        INTO new_ids, w_queues, w_tenants, w_runs
+        SELECT w.queues, w.tenants, w.runs
+        INTO w_queues, w_tenants, w_runs
         FROM notified, (SELECT count(*) AS touched FROM new_tenants) t,
              (SELECT array_agg(s.queue ORDER BY s.queue, s.tenant) AS queues,
                      array_agg(s.tenant ORDER BY s.queue, s.tenant) AS tenants,
@@ -249,7 +314,7 @@ BEGIN
                 AND (p.first_run <= now() OR s.wake_at IS NULL OR p.first_run < s.wake_at)) w;
         -- Only idle tenants are written (a busy tenant's row is left to the claimers), each by
         -- a statement of its own, in (queue, tenant) order as every statement locks them, with
-        -- a snapshot taken after the lock above: an UPDATE in the inserting statement would
+        -- a snapshot taken after the lock above: an UPDATE in the locking statement would
         -- reach a row it holds through the older version its snapshot sees, and wait there
         -- behind a claim or finish queued on that version for this transaction (a deadlock).
         FOR i IN 1 .. coalesce(cardinality(w_tenants), 0) LOOP
