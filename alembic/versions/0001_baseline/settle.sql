@@ -117,18 +117,19 @@ BEGIN
            coalesce(array_agg(u.tenant) FILTER (WHERE u.out), '{}'),
            coalesce(array_agg(u.tenant) FILTER (WHERE u.capped), '{}')
     INTO dry, done, capped FROM u;
-    -- Left at their cap: the slots of finishes not yet committed must be seen (slots.sql).
-    IF cardinality(capped) > 0 THEN
-        PERFORM {schema}.settle_capped(array_fill(q, ARRAY[cardinality(capped)]), capped);
-    END IF;
-    -- Capped tenants given slots back: runnable again for the next claim.
-    IF EXISTS (SELECT 1 FROM {schema}.slot_returns r WHERE r.queue = q AND r.capped) THEN
-        PERFORM {schema}.fold_capped(q);
-    END IF;
     IF cardinality(sleeper_rows) > 0 THEN
         UPDATE {schema}.tenant_schedule ts
         SET active = true, wake_at = NULL, vtime = v
         WHERE ts.ctid = ANY (array(SELECT r FROM unnest(sleeper_rows) r WHERE r <> ALL (served_rows)));
+    END IF;
+    -- After every write by ctid (these write rows by key, and move them): tenants left at
+    -- their cap see the slots of finishes not yet committed (slots.sql); capped tenants given
+    -- slots back are runnable again for the next claim.
+    IF cardinality(capped) > 0 THEN
+        PERFORM {schema}.settle_capped(array_fill(q, ARRAY[cardinality(capped)]), capped);
+    END IF;
+    IF EXISTS (SELECT 1 FROM {schema}.slot_returns r WHERE r.queue = q AND r.capped) THEN
+        PERFORM {schema}.fold_capped(q);
     END IF;
 
     -- Suspects: served and looking empty (unless retired above) or left dry, sleepers it did
