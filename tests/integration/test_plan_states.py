@@ -78,6 +78,7 @@ from fairq.models import TenantConfig
 from fairq.policies import get_policy
 from fairq.store.planner import planner_options
 from tests.conftest import SCHEMA, create_database, drop_database, dsn_for_db
+from tests.support.fairtools import holding_row
 
 BATCH = 10
 QUEUE, HELD, CAPPED = "default", "held", "capped"
@@ -553,18 +554,6 @@ def holding(dsn: str, queue: str) -> Iterator[None]:
             other.rollback()
 
 
-@contextmanager
-def holding_row(dsn: str, tenant: str) -> Iterator[None]:
-    """Another transaction holds the tenant's schedule row (as a claim serving it) meanwhile."""
-    with psycopg.connect(dsn) as other:
-        other.execute(f"SELECT 1 FROM {SCHEMA}.tenant_schedule WHERE tenant = %s "
-                      "FOR NO KEY UPDATE", (tenant,))
-        try:
-            yield
-        finally:
-            other.rollback()
-
-
 def claim_rows(conn: psycopg.Connection[Any], policy: str, queue: str) -> list[Any]:
     """A claim as the Store makes it (fairq/store/pg.py): the statement, and when it returned
     its row of NULLs (it took nothing while it held a lock) under a policy that waits, the same
@@ -598,7 +587,7 @@ def run_case(dsn: str, case: Case, mode: str, extra: Mapping[str, str] | None = 
                       "run_seconds": [0.01] * len(ids)}
             params = {k: v for k, v in values.items() if f"%({k})s" in text}
         with (holding(dsn, case.queue) if case.hold_queue
-              else holding_row(dsn, case.hold_row) if case.hold_row else nullcontext()):
+              else holding_row(dsn, case.hold_row, SCHEMA) if case.hold_row else nullcontext()):
             notices.clear()
             if case.statement == "returns":
                 rows = conn.execute(RETURNS_SQL, {"queue": QUEUE}, prepare=True).fetchall()

@@ -15,7 +15,7 @@ import pytest
 from fairq.models import ClaimedJob, TenantConfig
 from fairq.policies import get_policy
 from fairq.store import Store
-from tests.support.fairtools import fill, running_mismatch, sql_rows
+from tests.support.fairtools import fill, holding_row, running_mismatch, sql_rows
 
 FAIR = ["round_robin", "weighted", "drr", "time"]
 
@@ -62,9 +62,7 @@ def test_a_finish_does_not_wait_for_a_held_row_and_the_next_claim_folds_its_slot
     fill(store, {"t": 5})
     got = store.claim(get_policy("weighted"), queue="default", batch=2, worker="w")
     assert len(got) == 2
-    with psycopg.connect(dsn) as holder:
-        holder.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 't' "
-                       "FOR NO KEY UPDATE")
+    with holding_row(dsn, "t"):
         _finish_in_thread(store, got[:1])
         assert _row(dsn) == (2, 1, 1)  # the slot waits in slot_returns
         assert running_mismatch(dsn) == []
@@ -86,9 +84,7 @@ def test_a_claim_that_caps_a_tenant_waits_for_an_open_finish_and_folds_its_slot(
     assert len(first) == 1
     finisher = psycopg.connect(dsn)
     try:
-        with psycopg.connect(dsn) as holder:
-            holder.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 't' "
-                           "FOR NO KEY UPDATE")
+        with holding_row(dsn, "t"):
             finisher.execute(store.statement("finish_done"), {
                 "ids": [first[0].id], "attempts": [first[0].attempts], "results": None,
                 "notes": None, "run_seconds": [0.01]})
@@ -126,9 +122,7 @@ def test_a_slot_given_back_to_a_capped_tenant_is_folded_by_the_next_claims(
     fill(store, {"t": 3})
     got = store.claim(get_policy(policy), queue="default", batch=5, worker="w")
     assert len(got) == 1
-    with psycopg.connect(dsn) as holder:
-        holder.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 't' "
-                       "FOR NO KEY UPDATE")
+    with holding_row(dsn, "t"):
         _finish_in_thread(store, got)
         assert sql_rows(dsn, "SELECT capped FROM fairq.slot_returns") == [(True,)]
     # fair claims fold capped tenants' slots before their walk; fifo's at its end, so its
@@ -147,9 +141,7 @@ def test_the_sweep_folds_an_idle_tenants_last_slots(store: Store, dsn: str) -> N
     fill(store, {"t": 2})
     got = store.claim(get_policy("weighted"), queue="default", batch=5, worker="w")
     assert len(got) == 2
-    with psycopg.connect(dsn) as holder:
-        holder.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 't' "
-                       "FOR NO KEY UPDATE")
+    with holding_row(dsn, "t"):
         _finish_in_thread(store, got)
         # a sweep meanwhile skips the held row
         assert store.fold_stale_returns(0.0) == 0
@@ -167,9 +159,7 @@ def test_policy_time_corrections_given_back_reach_the_virtual_time(store: Store,
     fill(store, {"t": 5})
     got = store.claim(get_policy("time"), queue="default", batch=1, worker="w")
     vtime0, avg0 = sql_rows(dsn, "SELECT vtime, avg_run_s FROM fairq.tenant_schedule")[0]
-    with psycopg.connect(dsn) as holder:
-        holder.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 't' "
-                       "FOR NO KEY UPDATE")
+    with holding_row(dsn, "t"):
         store.finish_done([(got[0].id, got[0].attempts)], run_seconds=[3.0])
         assert sql_rows(dsn, "SELECT n, runs, run_sum FROM fairq.slot_returns") == [(1, 1, 3.0)]
     charged = sql_rows(dsn, "SELECT charged_s FROM fairq.jobs WHERE id = %s", (got[0].id,))[0][0]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,3 +127,16 @@ def restore_pristine(dsn: str, schema: str, copy: str) -> None:
         for t in tables:
             conn.execute(psycopg.sql.SQL("INSERT INTO {} OVERRIDING SYSTEM VALUE SELECT * FROM {}")
                          .format(ident(schema, t), ident(copy, t)))
+
+
+@contextmanager
+def holding_row(dsn: str, tenant: str, schema: str = "fairq") -> Iterator[None]:
+    """Another transaction holds the tenant's schedule rows (as a claim serving it) meanwhile."""
+    with psycopg.connect(dsn) as other:
+        other.execute(psycopg.sql.SQL("SELECT 1 FROM {}.tenant_schedule WHERE tenant = %s "
+                                      "FOR NO KEY UPDATE").format(psycopg.sql.Identifier(schema)),
+                      (tenant,))
+        try:
+            yield
+        finally:
+            other.rollback()
