@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fairq.embedded.install import EmbeddedUnavailable, default_home, usable_bin_dir
-from fairq.embedded.install import server_user as _server_user
 from fairq.embedded.server import ensure_server, postmaster_pid, stop_server
+from fairq.embedded.sysuser import held_server_user, server_user
 
 __all__ = [
     "EmbeddedUnavailable",
@@ -33,10 +33,12 @@ __all__ = [
 
 def bin_dir() -> Path:
     """The binaries this user's server runs from (as root, ones its server user can reach)."""
-    return usable_bin_dir(_server_user())
+    with held_server_user() as user:
+        return usable_bin_dir(user)
 
 
-_bin_dir = bin_dir  # the name tests/support/pgcluster.py imports
+_bin_dir = bin_dir  # the names tests/support/pgcluster.py imports
+_server_user = server_user
 
 
 def dsn_to_sqlalchemy_url(dsn: str) -> str:

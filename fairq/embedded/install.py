@@ -1,13 +1,14 @@
 """Where the embedded server's binaries and data live, and who runs them.
 
 PostgreSQL refuses to run as root, so as root the server runs as the system user
-``fairq_postgres``, which must be able to read the binaries and enter the data folder. A clone in
-root's home folder (mode 0700) or under any ``mktemp -d`` holds the binaries in its ``.venv``,
-out of that user's reach: then root copies them, once per binary content, to
-``/var/cache/fairq/postgres/<version>-<digest>/`` (root-owned, world-readable, never writable by
-others), and runs the copy. Root's default home is ``/var/cache/fairq/homes/<install>``, in the
-same root-owned tree; an ordinary user's is ``~/.cache/fairq/<install>``. ``<install>`` names this
-installation (its checkout or environment), so two checkouts never share a server by accident.
+``fairq_postgres`` (``sysuser.py``), which must be able to read the binaries and enter the
+data folder. A clone in root's home folder (mode 0700) or under any ``mktemp -d`` holds the
+binaries in its ``.venv``, out of that user's reach: then root copies them, once per binary
+content, to ``/var/cache/fairq/postgres/<version>-<digest>/`` (root-owned, world-readable,
+never writable by others), and runs the copy. Root's default home is
+``/var/cache/fairq/homes/<install>``, in the same root-owned tree; an ordinary user's is
+``~/.cache/fairq/<install>``. ``<install>`` names this installation (its checkout or
+environment), so two checkouts never share a server by accident.
 """
 
 from __future__ import annotations
@@ -19,13 +20,11 @@ import pwd
 import re
 import shutil
 import stat
-import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-SYSTEM_USER = "fairq_postgres"
 SHARED_ROOT = Path("/var/cache/fairq")  # root's tree: binaries copies and homes
 _INSTALL_HINT = (
     "No database configured: set FAIRQ_DATABASE_URL=postgresql://... "
@@ -55,14 +54,14 @@ def default_home() -> Path:
     env = os.environ.get("FAIRQ_HOME")
     if env:
         return Path(env).expanduser().resolve()
-    if _is_root() and not os.environ.get("XDG_CACHE_HOME"):
+    if is_root() and not os.environ.get("XDG_CACHE_HOME"):
         return SHARED_ROOT / "homes" / install_tag()
     cache = os.environ.get("XDG_CACHE_HOME")
     base = Path(cache).expanduser() if cache else Path.home() / ".cache"
     return (base / "fairq" / install_tag()).resolve()
 
 
-def _is_root() -> bool:
+def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
@@ -83,27 +82,6 @@ def package_bin_dir() -> Path:
     if not (bin_dir / "pg_ctl").is_file():
         raise EmbeddedUnavailable(_INSTALL_HINT + f" (binaries missing in {bin_dir})")
     return bin_dir
-
-
-def server_user() -> pwd.struct_passwd | None:
-    """None when not root; else the unprivileged account PostgreSQL insists on running as."""
-    if not _is_root():
-        return None
-    try:
-        return pwd.getpwnam(SYSTEM_USER)
-    except KeyError:
-        pass
-    if shutil.which("useradd") is None:
-        raise EmbeddedUnavailable(
-            f"Running as root needs a user {SYSTEM_USER!r} for the embedded server and useradd "
-            "is missing: create that user, run as non-root, or set FAIRQ_DATABASE_URL"
-        )
-    cmd = ["useradd", "--system", "--user-group", "--no-create-home",
-           "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", SYSTEM_USER]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode not in (0, 9):  # 9: created meanwhile by a concurrent process
-        raise RuntimeError(f"useradd {SYSTEM_USER} failed: {done.stderr.strip()}")
-    return pwd.getpwnam(SYSTEM_USER)
 
 
 def can_search(path: Path, user: pwd.struct_passwd) -> bool:
@@ -129,7 +107,7 @@ def check_reachable(home_root: Path, user: pwd.struct_passwd) -> None:
     folder = unreachable(home_root, user)
     if folder is not None:
         raise EmbeddedUnavailable(
-            f"Running as root, the embedded server runs as {SYSTEM_USER!r}, which cannot "
+            f"Running as root, the embedded server runs as {user.pw_name!r}, which cannot "
             f"enter {folder} (mode {stat.filemode(folder.stat().st_mode)}): set FAIRQ_HOME "
             "to a folder it can reach, or unset it to use "
             f"{SHARED_ROOT / 'homes'}, or set FAIRQ_DATABASE_URL=postgresql://..."

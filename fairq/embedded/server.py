@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from fairq.embedded import install
+from fairq.embedded import install, sysuser
 from fairq.embedded.install import EmbeddedUnavailable
 from fairq.embedded.process import (
     Postmaster,
@@ -248,6 +248,7 @@ def _serve(paths: _Paths, bin_dir: Path, user: pwd.struct_passwd | None) -> tupl
             if stale is not None and pid_alive(stale.pid):
                 # pid reused by an unrelated process: postgres would refuse to start
                 (paths.pgdata / "postmaster.pid").unlink()
+            _adopt(paths, user)
             if not (paths.pgdata / "PG_VERSION").exists():
                 _initdb(paths, bin_dir, user)
             _start(paths, bin_dir, user)
@@ -277,11 +278,32 @@ def _serve(paths: _Paths, bin_dir: Path, user: pwd.struct_passwd | None) -> tupl
         time.sleep(0.1)
 
 
-def ensure_server(home: Path | None = None) -> str:
-    """Start (or reuse) the embedded server under ``home`` and return a DSN to its ``fairq`` db."""
-    install.package_bin_dir()  # the install hint before anything else
-    paths = _Paths.of((home or install.default_home()).resolve())
-    user = install.server_user()
+def _adopt(paths: _Paths, user: pwd.struct_passwd | None) -> None:
+    """The server user re-created with other ids (removed by a tool that ignores fairq's lock)
+    finds its data owned by a uid no user has now, and PostgreSQL refuses data it does not own:
+    give such files to the user. Files of a uid that still names someone are left alone."""
+    if user is None:
+        return
+    try:
+        owner = paths.pgdata.stat().st_uid
+    except FileNotFoundError:
+        return
+    if owner == user.pw_uid:
+        return
+    try:
+        pwd.getpwuid(owner)
+        return
+    except KeyError:
+        pass
+    print(f"fairq: giving {paths.root} (owned by uid {owner}, which no user has now) to "
+          f"{user.pw_name} (uid {user.pw_uid})", file=sys.stderr)
+    for dirpath, dirnames, filenames in os.walk(paths.root):
+        for name in (*dirnames, *filenames):
+            os.lchown(Path(dirpath) / name, user.pw_uid, user.pw_gid)
+
+
+def _ensure_as(paths: _Paths, user: pwd.struct_passwd | None) -> tuple[Path, Postmaster, bool]:
+    """Everything that uses the server user's ids (chown, initdb, pg_ctl), run while they hold."""
     if user is not None:  # before creating anything, then again for what umask gave us
         install.check_reachable(paths.root.parent, user)
     bin_dir = install.usable_bin_dir(user)
@@ -292,6 +314,29 @@ def ensure_server(home: Path | None = None) -> str:
         _check_data_version(paths, bin_dir)
         pm, started = _serve(paths, bin_dir, user)
         _ensure_database(paths, bin_dir, pm)
+    return bin_dir, pm, started
+
+
+def _ensure_held(paths: _Paths) -> tuple[Path, Postmaster, bool]:
+    """``_ensure_as`` under the system user's shared lock; once more with fresh ids if a tool
+    that ignores the lock removed or re-created the user meanwhile."""
+    for last in (False, True):
+        with sysuser.held_server_user() as user:
+            try:
+                return _ensure_as(paths, user)
+            except (RuntimeError, OSError):
+                if user is None or last or sysuser.still_valid(user):
+                    raise
+            print(f"fairq: the system user {user.pw_name} (uid {user.pw_uid}) was removed or "
+                  "re-created meanwhile; trying again with its ids now", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+def ensure_server(home: Path | None = None) -> str:
+    """Start (or reuse) the embedded server under ``home`` and return a DSN to its ``fairq`` db."""
+    install.package_bin_dir()  # the install hint before anything else
+    paths = _Paths.of((home or install.default_home()).resolve())
+    bin_dir, pm, started = _ensure_held(paths)
     dsn = _dsn(pm)
     if paths.root not in _announced:
         _announced.add(paths.root)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from fairq.embedded import sysuser
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -105,9 +106,12 @@ def user_clone() -> Iterator[tuple[Path, pwd.struct_passwd]]:
                     "commands yourself")
     if shutil.which("useradd") is None:
         pytest.skip("useradd is missing")
-    subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER],
-                   capture_output=True, check=False)
-    user = pwd.getpwnam(USER)
+    # Under fairq's users lock, taken by whatever creates or removes fairq_postgres: another
+    # useradd holding /etc/passwd meanwhile would fail this one ("cannot lock /etc/passwd").
+    with sysuser.users_lock(exclusive=True):
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER],
+                       capture_output=True, check=False)
+        user = pwd.getpwnam(USER)
     base = Path(tempfile.mkdtemp(prefix="fairq-clone-user-"))
     os.chown(base, user.pw_uid, user.pw_gid)
     clone = base / "c"
@@ -118,7 +122,8 @@ def user_clone() -> Iterator[tuple[Path, pwd.struct_passwd]]:
     finally:
         _stop_embedded(clone, _env(Path(user.pw_dir)), user)
         shutil.rmtree(base, ignore_errors=True)
-        subprocess.run(["userdel", "--remove", USER], capture_output=True, check=False)
+        with sysuser.users_lock(exclusive=True):
+            subprocess.run(["userdel", "--remove", USER], capture_output=True, check=False)
 
 
 def test_an_ordinary_user_runs_the_demo(user_clone: tuple[Path, pwd.struct_passwd]) -> None:
