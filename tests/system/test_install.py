@@ -28,8 +28,13 @@ ROOT = REPO
 IGNORE = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__",
                                 ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "out")
 
-pytestmark = pytest.mark.skipif(os.environ.get("FAIRQ_SKIP_INSTALL") == "1",
-                                reason="FAIRQ_SKIP_INSTALL=1")
+# One pytest process runs the whole module, so the wheel and its venv (``installed``) are built
+# once, not once per process (./scripts/test runs pytest with --dist loadgroup). The
+# group is the bench runs' (tests/system/test_bench.py): one process runs both bench runs.
+pytestmark = [
+    pytest.mark.skipif(os.environ.get("FAIRQ_SKIP_INSTALL") == "1", reason="FAIRQ_SKIP_INSTALL=1"),
+    pytest.mark.xdist_group("bench"),
+]
 
 
 def sh(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None,
@@ -40,9 +45,10 @@ def sh(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None,
     return proc
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def installed() -> Iterator[Path]:
-    """A fresh venv outside the checkout with the wheel built from this tree; yields its bin/."""
+    """A fresh venv outside the checkout with the wheel built from this tree; yields its bin/.
+    Session-wide: the group's process may run test_bench.py's tests between this module's."""
     base = Path(tempfile.mkdtemp(prefix="fairq-install-"))
     base.chmod(0o755)  # as root, the embedded server's user must reach FAIRQ_HOME inside it
     try:
@@ -118,8 +124,6 @@ def test_installed_fairq_migrates_the_embedded_default(installed: Path) -> None:
     assert not (home / "embedded" / "pgdata" / "postmaster.pid").exists()
 
 
-# One pytest process runs both bench runs: each checks no fairq_bench_* database is left.
-@pytest.mark.xdist_group("bench")
 def test_installed_fairq_bench_runs_without_a_checkout(installed: Path, admin_dsn: str) -> None:
     """The suite ships in the wheel: its help, its data files (the lab's statements, the
     sampler's queries) and a tiny run of every policy; the bench extra is not installed."""
