@@ -2,6 +2,7 @@
 
 Usage: fault_worker.py DSN --log-dir DIR [--concurrency N] [--policy P] [--poll S]
                        [--clock-skew SECONDS] [--listen-dsn DSN] [--prepare-threshold N|none]
+                       [--queues Q1,Q2]
 
 Tasks: ``work`` (payload ``{"ms": M}``: sleeps M ms) and ``hold`` (payload ``{"s": S}``: sleeps
 S seconds, extending nothing itself). Every execution appends ``id attempt`` to
@@ -58,6 +59,7 @@ def main() -> int:
     p.add_argument("--listen-dsn", default=None)
     p.add_argument("--prepare-threshold", default="5")
     p.add_argument("--reap-interval", type=float, default=0.5)
+    p.add_argument("--queues", default=None, help="comma-separated; default: the tasks' queue")
     a = p.parse_args()
     if a.clock_skew:
         skew_clock(a.clock_skew)
@@ -87,7 +89,8 @@ def main() -> int:
         record(f"{job.id} {job.attempt} done")
 
     worker = app.worker(concurrency=a.concurrency, policy=a.policy, poll_interval=a.poll,
-                        reap_interval=a.reap_interval, grace_period=10.0, max_backoff=2.0)
+                        reap_interval=a.reap_interval, grace_period=10.0, max_backoff=2.0,
+                        queues=a.queues.split(",") if a.queues else None)
 
     def announce() -> None:
         worker.ready.wait()
