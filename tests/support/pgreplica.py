@@ -3,6 +3,7 @@
     pair = pgreplica.start(tmp_path, mode="sync")   # or "async"
     request.addfinalizer(pair.remove)
     dsn = pair.url("fq")        # postgresql://...:standby,...:primary/fq?target_session_attrs=read-write
+    pair.cut_stream()           # (async) the standby falls behind: a replication lag
     pair.promote()              # pg_ctl promote: the standby takes writes
     pair.kill_primary()         # the old primary dies (immediate shutdown)
 
@@ -65,6 +66,22 @@ class Pair:
     def kill_primary(self) -> None:
         """The old primary's death: an immediate shutdown (SIGQUIT to its postmaster)."""
         self.primary.stop("immediate")
+
+    def cut_stream(self, timeout: float = 30.0) -> None:
+        """Stop the standby's streaming, the standby staying up: it falls behind from now on,
+        as an asynchronous standby under lag (an empty ``primary_conninfo``, reloaded)."""
+        with psycopg.connect(self.standby.dsn, autocommit=True) as c:
+            c.execute("ALTER SYSTEM SET primary_conninfo = ''")
+            c.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + timeout
+        while True:
+            with psycopg.connect(self.primary.dsn, autocommit=True) as c:
+                if not c.execute("SELECT 1 FROM pg_stat_replication WHERE application_name = %s",
+                                 (STANDBY_NAME,)).fetchall():
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the standby still streams")
+            time.sleep(0.05)
 
     def stop_standby(self) -> None:
         """Stop the standby (fast): what the primary commits meanwhile never reaches it."""
