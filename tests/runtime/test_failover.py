@@ -33,8 +33,8 @@ FIFO = get_policy("fifo")
 
 @pytest.fixture
 def async_pair(tmp_path: Path) -> Iterator[pgreplica.Pair]:
-    if not pgcluster.available():
-        pytest.skip("PostgreSQL server binaries are not installed")
+    if not pgreplica.available():
+        pytest.skip("PostgreSQL server binaries (pg_basebackup) are not installed")
     pair = pgreplica.start(tmp_path, mode="async")
     try:
         yield pair
@@ -85,6 +85,8 @@ def test_old_claims_cannot_write_the_new_primarys_job_of_the_same_id(
         # The hazard is real: the same (id, attempts) names an old claim and a new one.
         same = [o for o in old_claims if o.id in reissued and by_id[o.id].attempts == o.attempts]
         assert len(same) >= 30, (len(same), [o.id for o in old_claims][:5], reissued[:5])
+        print(f"REUSE: {len(same)} of the old primary's {len(old_claims)} claims name the "
+              "(id, attempts) of a claim of the new primary")
         pairs = [(o.id, o.attempts) for o in same]
         started = [o.started_at for o in same]
         assert all(by_id[o.id].started_at != o.started_at for o in same)
@@ -120,8 +122,8 @@ def run_failover(tmp_path: Path, mode: str, lag: bool = False) -> ft.Outcome:
     producer goes on against the new primary; then every job there is drained. ``lag``: the
     standby stops streaming (stays up) while the producer enqueues 100 more jobs and the
     workers finish 100 more, before the promotion: the commits of a replication lag."""
-    if not pgcluster.available():
-        pytest.skip("PostgreSQL server binaries are not installed")
+    if not pgreplica.available():
+        pytest.skip("PostgreSQL server binaries (pg_basebackup) are not installed")
     log_dir = tmp_path / "events"
     log_dir.mkdir()
     pair = pgreplica.start(tmp_path, mode=mode)
@@ -165,6 +167,7 @@ def run_failover(tmp_path: Path, mode: str, lag: bool = False) -> ft.Outcome:
             app.cancel(late)
         producer.stop()
         ft.wait_for(lambda: ft.pending(url) == 0, timeout=90, what="every job to be done")
+        assert migrate.upgrade(url, "fairq") == (migrate.head(),) * 2  # on the new primary
         assert all(p.poll() is None for p in procs), "a worker or the exporter died"
         for p in procs[1:]:
             assert ft.stop(p) == 0

@@ -133,6 +133,7 @@ class Outcome:
     finishes_of_missing: int = 0       # seen commit, for a job the new primary never had
     runs: int = 0                      # handler executions
     reruns: int = 0                    # executions beyond one per job
+    claims_unseen: int = 0             # attempts on the new primary that no handler ran
     overlaps_all: list[int] = field(default_factory=list)   # n run twice at once, any claims
     overlaps_new: list[int] = field(default_factory=list)   # ... both claimed after the kill
     not_done: list[tuple[int, str]] = field(default_factory=list)
@@ -147,7 +148,8 @@ class Outcome:
                 f"{self.reissued_ids}; finishes seen {self.finishes_seen}, lost (job ran again) "
                 f"{len(self.finishes_lost)}, of missing jobs {self.finishes_of_missing}, refused "
                 f"by the fence {self.finishes_refused}; runs "
-                f"{self.runs} ({self.reruns} again), twice at once {len(self.overlaps_all)} "
+                f"{self.runs} ({self.reruns} again), claims no worker got {self.claims_unseen}, "
+                f"twice at once {len(self.overlaps_all)} "
                 f"(both claimed on the new primary: {len(self.overlaps_new)})")
 
 
@@ -186,6 +188,10 @@ def compare(url: str, producer: Producer, seen: list[Event], promoting_at: float
     for claim, began in starts.items():
         runs[claim[0]].append((began, ends.get(claim, 2 ** 63), claim[3]))
     out.runs = sum(len(r) for r in runs.values())
+    ran = {(c[0], c[1], c[2]) for c in starts}  # (n, id, attempt) a handler began
+    out.claims_unseen = sum(  # claims on the new primary whose worker never got the answer
+        sum(1 for a in range(1, rs[0][3] + 1) if (n, rs[0][1], a) not in ran)
+        for n, rs in by_n.items())
     out.reruns = out.runs - len(runs)
     after = datetime.fromtimestamp(killed_at).astimezone()
     for n, rs in runs.items():

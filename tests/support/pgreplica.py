@@ -97,6 +97,12 @@ class Pair:
                 cluster.remove()
 
 
+def available() -> bool:
+    """Whether the server binaries, pg_basebackup included, are installed."""
+    d = pgcluster.bindir()
+    return pgcluster.available() and d is not None and (d / "pg_basebackup").exists()
+
+
 def in_recovery(dsn: str) -> bool:
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as c:
         row = c.execute("SELECT pg_is_in_recovery()").fetchone()
