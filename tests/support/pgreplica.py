@@ -94,6 +94,7 @@ class Pair:
     def remove(self) -> None:
         for cluster in (self.standby, self.primary):
             with contextlib.suppress(Exception):
+                cluster.stop("immediate")  # throwaway: nothing to flush
                 cluster.remove()
 
 
