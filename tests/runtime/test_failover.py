@@ -13,6 +13,7 @@ URL ``postgresql://standby,primary/fq?target_session_attrs=read-write``.
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,6 +110,41 @@ def test_old_claims_cannot_write_the_new_primarys_job_of_the_same_id(
         assert len(done) == len(new_claims)
     finally:
         new_store.close()
+
+
+def test_the_worker_fences_its_writes_on_the_claims_time(dsn: str) -> None:
+    """What the runtime sends: once the job's row carries another claim's started_at (same id,
+    same attempt: the new primary's claim after an asynchronous fail-over), the worker that ran
+    it neither extends its lease (``Job.extend_lease``) nor finishes it."""
+    app = fairq.App(dsn)
+    extended: list[str] = []
+
+    @app.task(name="t", lease=60)
+    def t(job: fairq.Job) -> None:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute("UPDATE fairq.jobs SET started_at = started_at + interval '1 ms' "
+                      "WHERE id = %s", (job.id,))
+        try:
+            job.extend_lease()
+            extended.append("extended")
+        except fairq.LeaseLost:
+            extended.append("lost")
+
+    job_id = t.enqueue(tenant="a")
+    w = app.worker(concurrency=1, poll_interval=0.2)
+    th = threading.Thread(target=w.run, daemon=True)
+    th.start()
+    try:
+        ft.wait_for(lambda: w.stats.lease_lost == 1, timeout=60, what="the refused finish")
+    finally:
+        w.stop()
+        th.join(30)
+        app.close()
+    assert extended == ["lost"]
+    with psycopg.connect(dsn, autocommit=True) as c:
+        row = c.execute("SELECT status, attempts FROM fairq.jobs WHERE id = %s",
+                        (job_id,)).fetchone()
+    assert row == ("running", 1)  # the other claim's, untouched
 
 
 # -- a producer, two worker processes and the exporter through a fail-over ------------------------
