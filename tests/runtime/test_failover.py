@@ -242,9 +242,9 @@ def test_failover_sync_loses_nothing_a_client_saw(tmp_path: Path) -> None:
 def test_failover_async_keeps_its_safety(tmp_path: Path, lag: bool) -> None:
     """Asynchronous replication: what the old primary committed and had not sent is lost
     (measured and printed: run with -rP); what must hold still holds: no two runs of one job at
-    once among claims made after the old primary died, every job it has ends done once, no slot leaked.
-    Lagging, the new primary hands out again ids the producer saw (asserted: the fence of
-    decision 017 is exercised by live workers)."""
+    once among claims made after the old primary died, every job on the new primary ends done
+    once, no slot leaked. Lagging, the new primary hands out again ids the producer saw
+    (asserted: the fence of decision 017 is exercised by live workers)."""
     o = run_failover(tmp_path, "async", lag)
     what = o.line("async")
     assert o.acked >= 200 and o.finishes_seen >= 200, what
