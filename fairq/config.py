@@ -33,19 +33,43 @@ def resolve_schema(schema: str | None = None) -> str:
 
 
 def sqlalchemy_url(dsn: str | None) -> str:
-    """Turn a libpq URL into SQLAlchemy's psycopg 3 form (``postgresql+psycopg://``)."""
+    """Turn a libpq URL or key=value DSN into SQLAlchemy's psycopg 3 form
+    (``postgresql+psycopg://``).
+
+    A URL naming several hosts (``postgresql://h1:5432,h2:5432/db?target_session_attrs=
+    read-write``, a primary and its standbys) is not a URL SQLAlchemy parses (it reads
+    ``5432,h2:5432`` as the port): it goes, like a key=value DSN, as libpq fields in the query
+    (``host=h1,h2&port=5432,5432``), which SQLAlchemy's psycopg dialect hands to libpq, so
+    libpq picks the host as it does for every other connection fairq makes."""
     if not dsn:
         return "postgresql+psycopg://"
     for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
         if dsn.startswith(prefix):
-            return "postgresql+psycopg://" + dsn[len(prefix):]
+            rest = dsn[len(prefix):]
+            if not _several_hosts(rest):
+                return "postgresql+psycopg://" + rest
+            return _query_form("postgresql://" + rest, dsn)
     if "=" in dsn:  # key=value DSN: hand it to psycopg untouched
-        from urllib.parse import quote
-
-        return "postgresql+psycopg:///?" + "&".join(
-            f"{k}={quote(v)}" for k, v in dsn_fields(dsn).items()
-        )
+        return _query_form(dsn, dsn)
     raise InvalidInput(f"not a PostgreSQL URL or DSN: {redact(dsn)}")
+
+
+def _several_hosts(url_rest: str) -> bool:
+    """Whether the authority of a URL (what follows ``scheme://``) lists several hosts."""
+    authority = re.split(r"[/?#]", url_rest, maxsplit=1)[0]
+    return "," in authority.rsplit("@", 1)[-1]
+
+
+def _query_form(conninfo: str, given: str) -> str:
+    """``conninfo``'s libpq fields as the query of a host-less SQLAlchemy URL."""
+    from urllib.parse import quote
+
+    try:
+        fields = dsn_fields(conninfo)
+    except Exception as e:  # libpq's parser refused it: one line, without the password
+        raise InvalidInput(f"not a PostgreSQL URL or DSN: {redact(given)}") from e
+    return "postgresql+psycopg:///?" + "&".join(
+        f"{k}={quote(v, safe='')}" for k, v in fields.items())
 
 
 def dsn_fields(dsn: str) -> dict[str, str]:

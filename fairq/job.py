@@ -62,6 +62,7 @@ class Job:
             from fairq.validation import lease_extension
 
             seconds = lease_extension(seconds)
-        if self.id not in self._store.extend_leases([(self.id, self.attempt)], seconds):
+        if self.id not in self._store.extend_leases([(self.id, self.attempt)], seconds,
+                                                    started=[self.started_at]):
             self.lease_lost = True
             raise LeaseLost(f"job {self.id} attempt {self.attempt} is no longer ours")

@@ -113,7 +113,8 @@ class Drain:
         self.heartbeats.beat(store, time.monotonic())
 
     def _release(self, store: Store, jobs: list[Job]) -> None:
-        released = store.release_unstarted([(j.id, j.attempt) for j in jobs])
+        released = store.release_unstarted([(j.id, j.attempt) for j in jobs],
+                                           started=[j.started_at for j in jobs])
         self.shared.stats.released += len(released)
         log.info("handed back %d claimed job(s) that had not started", len(released))
 

@@ -118,10 +118,12 @@ class Finisher:
                 repaired += len(store.finish_done([(c.job.id, c.job.attempt) for c in done],
                                                   [c.result for c in done],
                                                   [c.note for c in done],
-                                                  [c.run_seconds for c in done]))
+                                                  [c.run_seconds for c in done],
+                                                  started=[c.job.started_at for c in done]))
                 repaired += len(store.finish_failed([
                     (c.job.id, c.job.attempt, c.error or "", c.retry_delay) for c in failed],
-                    [c.job.id for c in chunk if c.final], [c.run_seconds for c in failed]))
+                    [c.job.id for c in chunk if c.final], [c.run_seconds for c in failed],
+                    started=[c.job.started_at for c in failed]))
         except BaseException:
             self.replay_wanted.set()
             raise
@@ -201,7 +203,8 @@ class Finisher:
                             "tenants' jobs meanwhile", key[1], key[0])
             # If the held row is a job's own, its lease cannot be extended either.
             with contextlib.suppress(LockNotAvailable):
-                store.extend_leases([(c.job.id, c.job.attempt) for c in group])
+                store.extend_leases([(c.job.id, c.job.attempt) for c in group],
+                                    started=[c.job.started_at for c in group])
         if error is not None:
             raise error
 
@@ -215,13 +218,15 @@ class Finisher:
             # The measured run times go with the finish: policy time charges them.
             ok = {f.id for f in store.finish_done([(c.job.id, c.job.attempt) for c in done],
                                                   [c.result for c in done], [c.note for c in done],
-                                                  [c.run_seconds for c in done])}
+                                                  [c.run_seconds for c in done],
+                                                  started=[c.job.started_at for c in done])}
             self._finished(batch, {(c.job.id, c.job.attempt): (
                 "done" if c.job.id in ok else "lease_lost") for c in done})
         if failed:
             rows = store.finish_failed([(c.job.id, c.job.attempt, c.error or "", c.retry_delay)
                                         for c in failed], [c.job.id for c in failed if c.final],
-                                       [c.run_seconds for c in failed])
+                                       [c.run_seconds for c in failed],
+                                       started=[c.job.started_at for c in failed])
             status = {f.id: f.status for f in rows}
             self._finished(batch, {(c.job.id, c.job.attempt): (
                 "lease_lost" if (s := status.get(c.job.id)) is None

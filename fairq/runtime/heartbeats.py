@@ -72,7 +72,9 @@ class Heartbeats:
             done = [r for r in sh.unwritten.values() if r.next_extend <= now]
         if not due and not done:
             return
-        ours = store.extend_leases([(r.job.id, r.job.attempt) for r in (*due, *done)])
+        held = [*due, *done]
+        ours = store.extend_leases([(r.job.id, r.job.attempt) for r in held],
+                                   started=[r.job.started_at for r in held])
         for r in done:
             r.next_extend = now + self.every(r.job)
             if r.job.id not in ours:  # its finish will find the lease lost and say so

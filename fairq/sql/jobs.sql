@@ -1,6 +1,11 @@
 -- Job lifecycle statements. {schema} is the quoted schema identifier; the rest are bound
--- parameters. Every finish, failure and extend is fenced on (id, status = 'running', attempts):
--- a worker that lost its lease changes nothing.
+-- parameters. Every finish, failure, extend and hand-back is fenced on (id, status = 'running',
+-- attempts, started_at): a worker that lost its lease changes nothing. started_at is the claim's
+-- now(), which the claim returned to the worker (%(started)s; NULL: attempts alone, for callers
+-- that claimed by hand): after a fail-over to an asynchronous standby the new primary may hand
+-- out again ids and attempts numbers the old one had (neither its sequence nor its claims
+-- replicated), and a worker still holding "job 1234, attempt 1" from the old primary must not
+-- finish or extend the new primary's job 1234 (docs/decisions/017-claims-fenced-by-their-time.md).
 
 -- name: enqueue
 -- Insert a chunk of jobs in one round trip through the SQL enqueue (enqueue_many,
@@ -35,8 +40,8 @@ SELECT {schema}.enqueue_many(
 -- jobs (the heartbeat's extend_leases may be writing the same ones).
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[],
-                         %(notes)s::text[], %(run_seconds)s::float8[])
-        AS i(id, attempts, result, note, run_s)
+                         %(notes)s::text[], %(run_seconds)s::float8[], %(started)s::timestamptz[])
+        AS i(id, attempts, result, note, run_s, started)
     ORDER BY i.id
 ),
 done AS (
@@ -45,6 +50,7 @@ done AS (
         last_error = coalesce(i.note, j.last_error)
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
+      AND (i.started IS NULL OR j.started_at = i.started)
     -- ran: at least a microsecond, so no tenant's expected run time is 0 (a claim of policy
     -- time divides by it).
     RETURNING j.id, j.queue, j.tenant, j.task, j.started_at, j.finished_at, j.charged_s,
@@ -78,8 +84,8 @@ FROM done d, slots;
 WITH input AS (
     SELECT i.*, i.id = ANY(%(final)s::bigint[]) AS final
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
-                %(retry_delays)s::float8[], %(run_seconds)s::float8[])
-        AS i(id, attempts, error, retry_delay, run_s)
+                %(retry_delays)s::float8[], %(run_seconds)s::float8[], %(started)s::timestamptz[])
+        AS i(id, attempts, error, retry_delay, run_s, started)
     ORDER BY i.id
 ),
 failed AS (
@@ -92,6 +98,7 @@ failed AS (
         last_error = i.error, locked_until = NULL, locked_by = NULL
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
+      AND (i.started IS NULL OR j.started_at = i.started)
     RETURNING j.id, j.queue, j.tenant, j.task, j.status, j.run_at, j.started_at, j.charged_s,
               greatest(1e-6::float8, coalesce(
                   i.run_s, extract(epoch FROM now() - j.started_at)::float8)) AS ran
@@ -115,9 +122,11 @@ FROM failed f, slots;
 -- the ids that are still ours.
 UPDATE {schema}.jobs j
 SET locked_until = now() + make_interval(secs => coalesce(%(seconds)s, j.lease_seconds))
-FROM (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempts)
+FROM (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(started)s::timestamptz[])
+          AS u(id, attempts, started)
       ORDER BY u.id) i
 WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
+  AND (i.started IS NULL OR j.started_at = i.started)
 RETURNING j.id, j.locked_until;
 
 -- name: release_unstarted
@@ -125,7 +134,8 @@ RETURNING j.id, j.locked_until;
 -- the claim's attempt undone, their tenants' slots given back and the tenants runnable again.
 -- Fenced like every finish, so a job already reaped and re-claimed elsewhere is left alone.
 WITH input AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS i(id, attempts)
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(started)s::timestamptz[])
+        AS i(id, attempts, started)
     ORDER BY i.id
 ),
 released AS (
@@ -134,6 +144,7 @@ released AS (
         started_at = NULL
     FROM input i
     WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
+      AND (i.started IS NULL OR j.started_at = i.started)
     RETURNING j.id, j.queue, j.tenant, j.charged_s
 ),
 -- Every released job is due again: its tenant is runnable. It never ran: policy time's charge

@@ -147,11 +147,13 @@ class Store(StoreSessions):
     def finish_done(self, done: Sequence[tuple[int, int]],
                     results: Sequence[str | None] | None = None,
                     notes: Sequence[str | None] | None = None,
-                    run_seconds: Sequence[float] | None = None) -> list[FinishedJob]:
+                    run_seconds: Sequence[float] | None = None, *,
+                    started: list[datetime] | None = None) -> list[FinishedJob]:
         """Mark (id, attempts) pairs done; returns those that were still ours. ``results``
         (JSON texts) and ``notes`` (why a result was not stored), if given, go with ``done``;
         so do ``run_seconds``, the handlers' run times the worker measured (policy time charges
-        them; None: the database's started_at to now)."""
+        them; None: the database's started_at to now), and ``started``, each claim's started_at
+        (the fence; jobs.sql says why)."""
         if not done:
             return []
         with self.cursor() as cur:
@@ -162,17 +164,16 @@ class Store(StoreSessions):
                  "results": list(results) if results and any(r is not None for r in results)
                  else None,
                  "notes": list(notes) if notes and any(n is not None for n in notes) else None,
-                 "run_seconds": _run_seconds(run_seconds)},
+                 "run_seconds": _run_seconds(run_seconds), "started": started},
             )
             return [FinishedJob(status="done", **r) for r in cur.fetchall()]
 
     def finish_failed(
         self, failures: Sequence[tuple[int, int, str, float | None]], final: Sequence[int] = (),
-        run_seconds: Sequence[float] | None = None,
+        run_seconds: Sequence[float] | None = None, *, started: list[datetime] | None = None,
     ) -> list[FinishedJob]:
         """Record (id, attempts, error, retry_delay or None for the backoff) failures; the ids
-        in ``final`` fail for good, whatever attempts they have left. ``run_seconds``: as
-        ``finish_done``'s."""
+        in ``final`` fail for good, whatever attempts they have left; the rest: as finish_done's."""
         if not failures:
             return []
         with self.cursor() as cur:
@@ -185,31 +186,36 @@ class Store(StoreSessions):
                     "retry_delays": [f[3] for f in failures],
                     "final": list(final),
                     "run_seconds": _run_seconds(run_seconds),
+                    "started": started,
                 },
             )
             return [FinishedJob(**r) for r in cur.fetchall()]
 
     def extend_leases(
-        self, jobs: Sequence[tuple[int, int]], seconds: float | None = None
+        self, jobs: Sequence[tuple[int, int]], seconds: float | None = None, *,
+        started: list[datetime] | None = None,
     ) -> set[int]:
-        """Extend the leases of (id, attempts) pairs; returns the ids still ours."""
+        """Extend the leases of (id, attempts) pairs (``started``: as finish_done's)."""
         if not jobs:
             return set()
         with self.cursor() as cur:
             cur.execute(
                 self.statement("extend_leases"),
-                {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs], "seconds": seconds},
+                {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs], "seconds": seconds,
+                 "started": started},
             )
             return {int(r["id"]) for r in cur.fetchall()}
 
-    def release_unstarted(self, jobs: Sequence[tuple[int, int]]) -> set[int]:
-        """Hand back claimed but unstarted (id, attempts) jobs; returns the ids released."""
+    def release_unstarted(self, jobs: Sequence[tuple[int, int]], *,
+                          started: list[datetime] | None = None) -> set[int]:
+        """Hand back claimed but unstarted (id, attempts) jobs (``started``: as finish_done's)."""
         if not jobs:
             return set()
         with self.cursor() as cur:
             cur.execute(
                 self.statement("release_unstarted"),
-                {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs]},
+                {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs],
+                 "started": started},
             )
             return {int(r["id"]) for r in cur.fetchall()}
 
@@ -441,3 +447,4 @@ def _claimed(row: dict[str, Any]) -> ClaimedJob:
 def _run_seconds(run_seconds: Sequence[float] | None) -> list[float] | None:
     """Measured run times as the finishes take them: never negative (a clock step)."""
     return None if run_seconds is None else [max(0.0, float(r)) for r in run_seconds]
+

@@ -11,6 +11,7 @@ sees the scan there.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -35,12 +36,13 @@ FINISH = 10
 MAX_BUFFERS = 400
 TYPES = {"ids": "bigint[]", "attempts": "int[]", "errors": "text[]", "retry_delays": "float8[]",
          "seconds": "float8", "results": "text[]", "notes": "text[]", "final": "bigint[]",
-         "run_seconds": "float8[]"}
+         "run_seconds": "float8[]", "started": "timestamptz[]"}
+Claim = tuple[int, int, datetime]  # id, attempts, started_at: what the worker's writes are fenced on
 STATEMENTS = ("finish_done", "finish_failed", "extend_leases", "release_unstarted")
 
 
 @pytest.fixture(scope="module")
-def running(admin_dsn: str, template_db: str) -> Iterator[tuple[str, list[tuple[int, int]]]]:
+def running(admin_dsn: str, template_db: str) -> Iterator[tuple[str, list[Claim]]]:
     """A database with RUNNING running jobs whose statistics were taken before any ran."""
     name = create_database(admin_dsn, "fairq_finish_plans", template=template_db)
     try:
@@ -57,19 +59,19 @@ def running(admin_dsn: str, template_db: str) -> Iterator[tuple[str, list[tuple[
                 claimed += store.claim(FIFO, queue=cp.QUEUE, batch=100, worker="plans")
         finally:
             store.close()
-        yield dsn, [(j.id, j.attempts) for j in claimed[:FINISH]]
+        yield dsn, [(j.id, j.attempts, j.started_at) for j in claimed[:FINISH]]
     finally:
         drop_database(admin_dsn, name)
 
 
-def _explain(dsn: str, statement: str, jobs: list[tuple[int, int]], mode: str) -> dict[str, Any]:
+def _explain(dsn: str, statement: str, jobs: list[Claim], mode: str) -> dict[str, Any]:
     """EXPLAIN (ANALYZE, BUFFERS) of the prepared statement as a ``mode`` plan, rolled back."""
     text, order = cp.to_dollar(sql.statement(statement, cp.SCHEMA))
     values: Mapping[str, Any] = {
         "ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs],
         "errors": ["boom"] * len(jobs), "retry_delays": [None] * len(jobs), "seconds": None,
         "results": ['{"rows": 7}'] * len(jobs), "notes": [None] * len(jobs), "final": [],
-        "run_seconds": [0.01] * len(jobs)}
+        "run_seconds": [0.01] * len(jobs), "started": [j[2] for j in jobs]}
     options = f"{planner_options()} -c plan_cache_mode=force_{mode}_plan"
     with psycopg.connect(dsn, options=options) as conn:
         conn.execute(f"PREPARE p ({', '.join(TYPES[o] for o in order)}) AS {text}")
@@ -99,7 +101,7 @@ def _buffers(plan: Mapping[str, Any]) -> int:
     return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
 
 
-def _check(dsn: str, statement: str, jobs: list[tuple[int, int]]) -> list[str]:
+def _check(dsn: str, statement: str, jobs: list[Claim]) -> list[str]:
     problems = []
     for mode in ("custom", "generic"):
         plan = _explain(dsn, statement, jobs, mode)
@@ -110,14 +112,14 @@ def _check(dsn: str, statement: str, jobs: list[tuple[int, int]]) -> list[str]:
 
 
 @pytest.mark.parametrize("statement", STATEMENTS)
-def test_finish_looks_jobs_up_by_id(running: tuple[str, list[tuple[int, int]]],
+def test_finish_looks_jobs_up_by_id(running: tuple[str, list[Claim]],
                                     statement: str) -> None:
     dsn, jobs = running
     assert _check(dsn, statement, jobs) == []
 
 
 def test_guard_sees_the_scan_under_the_old_lease_index(
-        admin_dsn: str, running: tuple[str, list[tuple[int, int]]]) -> None:
+        admin_dsn: str, running: tuple[str, list[Claim]]) -> None:
     dsn, jobs = running
     lease_index = (f"DROP INDEX {cp.SCHEMA}.jobs_lease_idx; CREATE INDEX jobs_lease_idx "
                    f"ON {cp.SCHEMA}.jobs (locked_until) WHERE %s")

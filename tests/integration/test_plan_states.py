@@ -584,7 +584,7 @@ def run_case(dsn: str, case: Case, mode: str, extra: Mapping[str, str] | None = 
             values = {"ids": ids, "attempts": [r[5] for r in claimed], "errors": ["boom"] * len(ids),
                       "retry_delays": [None] * len(ids), "seconds": None,
                       "results": ['{"rows": 7}'] * len(ids), "notes": [None] * len(ids), "final": [],
-                      "run_seconds": [0.01] * len(ids)}
+                      "run_seconds": [0.01] * len(ids), "started": [r[11] for r in claimed]}
             params = {k: v for k, v in values.items() if f"%({k})s" in text}
         with (holding(dsn, case.queue) if case.hold_queue
               else holding_row(dsn, case.hold_row, SCHEMA) if case.hold_row else nullcontext()):

@@ -87,7 +87,7 @@ def test_a_claim_that_caps_a_tenant_waits_for_an_open_finish_and_folds_its_slot(
         with holding_row(dsn, "t"):
             finisher.execute(store.statement("finish_done"), {
                 "ids": [first[0].id], "attempts": [first[0].attempts], "results": None,
-                "notes": None, "run_seconds": [0.01]})
+                "notes": None, "run_seconds": [0.01], "started": [first[0].started_at]})
         assert _row(dsn) == (1, 1, 0)  # the finish is not committed
         got: list[ClaimedJob] = []
         errors: list[BaseException] = []

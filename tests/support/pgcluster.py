@@ -122,7 +122,7 @@ class Cluster:
             return False
         except PermissionError:
             return True
-        return True
+        return not _zombie(self.pid)
 
     def stop(self, mode: str = "fast", timeout: float = 30.0) -> None:
         """Stop this cluster's postmaster (SIGINT = fast shutdown, SIGQUIT = immediate)."""
@@ -143,6 +143,16 @@ class Cluster:
         self.stop()
         shutil.rmtree(self.datadir.parent, ignore_errors=True)
         shutil.rmtree(self.sockdir, ignore_errors=True)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` exited and waits to be reaped: a postmaster started by pg_ctl is not our
+    child, and the init process of a container may reap it a second or more later."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
 
 
 def _reap(pid: int) -> None:
