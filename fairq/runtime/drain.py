@@ -30,8 +30,9 @@ class Drain:
     """The two ways a worker's run ends, over the parts it stops."""
 
     def __init__(self, shared: Shared, slots: Slots, finisher: Finisher, heartbeats: Heartbeats,
-                 observer: WorkerObserver, worker_id: str) -> None:
+                 observer: WorkerObserver, worker_id: str, reap_grace: float = 0.0) -> None:
         self.shared = shared
+        self.reap_grace = reap_grace
         self.slots = slots
         self.finisher = finisher
         self.heartbeats = heartbeats
@@ -53,8 +54,12 @@ class Drain:
         with sh.lock:
             if claimed or not poll or not sh.settled():
                 return False
-        reaped = reap_and_report(store, self.observer)
-        if reaped.total:
+        wait = self.reap_grace - sh.outage.connected_for()
+        if wait > 0:  # not connected long enough to reap (decision 016)
+            if store.expired_lease_exists():  # look again then
+                sh.wake_tenants_at(time.monotonic() + max(MIN_WAKE_SECONDS, wait))
+                return False
+        elif reap_and_report(store, self.observer).total:
             return False
         stranded, expires_in = store.held_running(self.worker_id)
         if stranded:
@@ -117,7 +122,7 @@ class Drain:
         self.shared.stats.released += len(released)
         log.info("handed back %d claimed job(s) that had not started", len(released))
 
-    def _retry_until(self, deadline: float, action: Callable[[], None]) -> None:
+    def _retry_until(self, deadline: float, action: Callable[[], object]) -> None:
         """Run ``action`` until it succeeds or ``deadline`` passes (database errors only)."""
         failures = 0
         while True:

@@ -21,6 +21,7 @@ from fairq.store.listen import Notifications
 
 log = logging.getLogger("fairq.listener")
 
+MAX_RETRY_SECONDS = 5.0  # the longest wait between two attempts to listen again
 ALL_QUEUES: frozenset[str] = frozenset()  # on_wake(ALL_QUEUES) means "maybe anything changed"
 
 
@@ -37,6 +38,7 @@ class Listener:
         application_name: str = "fairq-listener",
         max_backoff: float = 30.0,
         check_interval: float = 0.5,
+        quiet: Callable[[], bool] = lambda: False,
     ) -> None:
         self.dsn = dsn
         self.channel = channel
@@ -45,6 +47,7 @@ class Listener:
         self.application_name = application_name[:63]
         self.max_backoff = max_backoff
         self.check_interval = check_interval
+        self.quiet = quiet  # the worker already said the database is away (outage.py)
         self.connected = threading.Event()  # set while LISTEN is in effect (tests wait on it)
         self.reconnects = 0
         self._stop = threading.Event()
@@ -79,10 +82,13 @@ class Listener:
                 if self._stop.is_set():
                     return
                 failures += 1
-                delay = min(self.max_backoff, 0.2 * 2 ** min(failures, 10))
+                # Capped low: until it is back, wake-ups wait for the poll.
+                delay = min(self.max_backoff, MAX_RETRY_SECONDS, 0.2 * 2 ** min(failures, 10))
                 delay *= random.uniform(0.5, 1.0)
-                log.warning("listener connection failed (%s); retrying in %.1fs",
-                            type(e).__name__, delay)
+                # One line when it fails, not one per attempt, none during the worker's outage.
+                level = logging.DEBUG if failures > 1 or self.quiet() else logging.WARNING
+                log.log(level, "listener connection failed (%s); retrying in %.1fs",
+                        type(e).__name__, delay)
                 self._stop.wait(delay)
             finally:
                 self.connected.clear()

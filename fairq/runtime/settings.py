@@ -16,6 +16,7 @@ from fairq.errors import InvalidInput
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.policies import DEFAULT_POLICY, Policy, get_policy
 from fairq.runtime.maintenance import DEFAULT_VACUUM_INTERVAL
+from fairq.runtime.outage import REAP_GRACE_SECONDS
 from fairq.runtime.state import log
 from fairq.store import Store
 from fairq.store.errors import InsufficientPrivilege, OperationalError
@@ -70,6 +71,9 @@ class WorkerSettings:
     # Seconds after which half of a backlogged tenant's lead in virtual time is forgotten (the
     # worker's queues, whatever its policy; None: never).
     time_half_life: float | None = None
+    # Seconds this process must have been connected before its reaper returns expired leases
+    # (decision 016): after an outage the live workers renew theirs first.
+    reap_grace: float = REAP_GRACE_SECONDS
 
     def __post_init__(self) -> None:
         concurrency, batch = self.concurrency, self.batch
@@ -94,6 +98,9 @@ class WorkerSettings:
         if hb is not None and not _seconds(hb, 0, exclusive=True):
             raise InvalidInput(f"heartbeat_interval must be > 0 and at most {MAX_SECONDS:g} "
                                f"seconds, not {hb!r}")
+        if not _seconds(self.reap_grace, 0):
+            raise InvalidInput(f"reap_grace must be >= 0 and at most {MAX_SECONDS:g} seconds, "
+                               f"not {self.reap_grace!r}")
         if not _seconds(self.grace_period, 0):
             raise InvalidInput(f"grace_period must be >= 0 and at most {MAX_SECONDS:g} seconds, "
                                f"not {self.grace_period!r}")
