@@ -22,6 +22,7 @@ from fairq.runtime.slots import Slots
 from fairq.runtime.state import Completion, Shared, log
 from fairq.store import Store
 from fairq.store.errors import DatabaseError, PoolTimeout
+from fairq.store.workers import expired_lease_exists
 
 MIN_WAKE_SECONDS = 0.01  # a wake-up due now still waits this long: the loop never spins
 
@@ -56,7 +57,7 @@ class Drain:
                 return False
         wait = self.reap_grace - sh.outage.connected_for()
         if wait > 0:  # not connected long enough to reap (decision 016)
-            if store.expired_lease_exists():  # look again then
+            if expired_lease_exists(store):  # look again then
                 sh.wake_tenants_at(time.monotonic() + max(MIN_WAKE_SECONDS, wait))
                 return False
         elif reap_and_report(store, self.observer).total:

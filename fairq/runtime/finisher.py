@@ -107,6 +107,11 @@ class Finisher:
         while self._recent and self._recent[0][0] < now - FINISH_REPLAY_SECONDS:
             self._recent.popleft()
 
+    def recent(self) -> set[tuple[int, int]]:
+        """(id, attempt) of the finishes remembered for a replay (the last 10 s of them)."""
+        with self.shared.lock:
+            return {(c.job.id, c.job.attempt) for _, batch in self._recent for c in batch}
+
     def _replay(self, store: Store) -> None:
         """Write the recent finishes again, fenced: only those a crash undid change anything."""
         with self.shared.lock:

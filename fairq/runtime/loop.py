@@ -245,7 +245,7 @@ class Worker:
             self._listener = Listener(self.stores.listen_dsn, channel_for(self.stores.schema),
                                       self.queues, self._on_notify,
                                       application_name=f"{self.application_name} listen",
-                                      quiet=lambda: self.shared.outage.down)
+                                      outage=self.shared.outage)
             self._listener.start()
 
     def _shutdown_threads(self) -> None:
@@ -286,7 +286,7 @@ class Worker:
                 busy = bool(sh.inflight or sh.hot)
             try:
                 if self._claim_unknown:
-                    read_back(store, self.shared, self.worker_id)
+                    read_back(store, self.shared, self.worker_id, self.finisher.recent())
                     self._claim_unknown = False
                 if (busy or poll) and schedule.run_due():
                     poll = True  # reaped or woken: there may be work now

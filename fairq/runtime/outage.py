@@ -63,15 +63,17 @@ class Outage:
         with self._lock:
             return self._down_since is not None
 
-    def lost(self, error: BaseException, next_try: float) -> bool:
+    def lost(self, error: BaseException, next_try: float, *, grace: bool = True) -> bool:
         """A statement failed because the connection or the server went away; the caller tries
         again in ``next_try`` seconds. Logs the outage's first line; returns True then (later
-        failures of the same outage are for the debug log only)."""
+        failures of the same outage are for the debug log only). ``grace=False``: the error
+        does not restart the reaper's grace (``connected_for``)."""
         now = self._clock()
         with self._lock:
             self._last_error = now
             self._answered = None
-            self._connected_since = None
+            if grace:
+                self._connected_since = None
             self._failures += 1
             first = self._down_since is None
             if first:

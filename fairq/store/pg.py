@@ -302,19 +302,6 @@ class Store(StoreSessions):
             row = cur.fetchone()
         return (0, 0.0) if not row or not row["n"] else (int(row["n"]), float(row["seconds"]))
 
-    def expired_lease_exists(self) -> bool:
-        """Whether a running job's lease has expired (and is not reaped yet)."""
-        with self.cursor() as cur:
-            cur.execute(self.statement("expired_lease_exists"))
-            row = cur.fetchone()
-        return bool(row and row["expired"])
-
-    def held_jobs(self, worker: str) -> list[tuple[int, int]]:
-        """(id, attempts) of the jobs running under ``worker``'s leases."""
-        with self.cursor() as cur:
-            cur.execute(self.statement("held_jobs"), {"worker": worker})
-            return [(int(r["id"]), int(r["attempts"])) for r in cur.fetchall()]
-
     # -- periodic schedules ---------------------------------------------------------------
     def periodic_state(self, keys: Sequence[tuple[str, str]]
                        ) -> tuple[datetime, dict[tuple[str, str], datetime | None]]:
