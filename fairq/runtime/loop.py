@@ -189,6 +189,7 @@ class Worker:
                 self._run(until_empty)
         finally:
             st = self.stats
+            self.shared.outage.stopping()
             if self._signals.exited:
                 log.warning("second signal: exited without waiting for running jobs; their "
                             "leases will expire and be reaped")
@@ -397,8 +398,7 @@ class Worker:
 
     def _db_error(self, store: Store, error: DatabaseError | PoolTimeout, failures: int,
                   next_step: str) -> None:
-        """Name ``error`` in the log and the metrics, say what comes next, drop the pool's dead
-        connections if the server ended them, and wait before the next try."""
+        """Log (once per outage) and count ``error``, drop dead connections, wait."""
         self.shared.count_db_error()  # the finisher thread counts its errors there too
         r = react(error, failures, self.settings.max_backoff, next_step)
         observe(self.observer, r.kind)

@@ -87,16 +87,18 @@ class Outage:
             self._log.debug("still no database (%s); next attempt in %.2fs", detail, next_try)
         return first
 
-    def ok(self) -> None:
+    def ok(self, *, settled: bool = False) -> None:
         """A statement succeeded. Ends an open outage once no connection was lost for
-        ``settle`` seconds, logging how long the database was away (until its first answer)."""
+        ``settle`` seconds (or now, ``settled``: the process stops), logging how long the
+        database was away (until its first answer)."""
         now = self._clock()
         with self._lock:
             if self._answered is None:
                 self._answered = now
             if self._connected_since is None:
                 self._connected_since = now
-            if self._down_since is None or now - self._last_error < self._settle:
+            if self._down_since is None or (now - self._last_error < self._settle
+                                            and not settled):
                 return
             took = self._answered - self._down_since
             failures, self._failures = self._failures, 0
@@ -106,6 +108,13 @@ class Outage:
                           failures)
         if self._on_reconnect is not None:
             self._on_reconnect()
+
+    def stopping(self) -> None:
+        """The process stops: an outage the database has answered since is over, say so."""
+        with self._lock:
+            answered = self._down_since is not None and self._answered is not None
+        if answered:
+            self.ok(settled=True)
 
     def connected_for(self) -> float:
         """Seconds since this process last lost a connection, or since its first success; 0
