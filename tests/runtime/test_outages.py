@@ -31,6 +31,7 @@ import pytest
 import fairq
 from fairq.metrics.exporter import DatabaseCollector
 from fairq.policies import get_policy
+from fairq.runtime.db_errors import PoolNoise, quiet_pool_logs
 from fairq.runtime.outage import Outage
 from fairq.store.pool import POOL_RECONNECT_CAP, Pool, reconnect_delay
 from tests.support import pgcluster
@@ -276,6 +277,22 @@ def test_a_lease_renewed_after_it_expired_but_before_a_reap_stays_its_workers(ds
         assert [f.id for f in store.finish_done([(job_id, 1)])] == [job_id]
     finally:
         app.close()
+
+
+def test_psycopg_pools_per_attempt_warnings_are_silenced_in_the_worker_its_errors_kept() -> None:
+    pool_log = logging.getLogger("psycopg.pool")
+    quiet_pool_logs()
+    quiet_pool_logs()  # once per process, however many workers
+    assert sum(isinstance(f, PoolNoise) for f in pool_log.filters) == 1
+
+    def passes(level: int, msg: str) -> bool:
+        return bool(pool_log.filter(pool_log.makeRecord("psycopg.pool", level, __file__, 1, msg,
+                                                        ("x",), None)))
+
+    assert not passes(logging.WARNING, "error connecting in %r: connection refused")
+    assert not passes(logging.WARNING, "discarding broken connection: %s")
+    assert passes(logging.WARNING, "reconnection attempt in pool %r failed after %s sec")
+    assert passes(logging.ERROR, "error connecting in %r: connection refused")
 
 
 def test_outage_lines_and_grace() -> None:
