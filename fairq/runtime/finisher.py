@@ -89,14 +89,15 @@ class Finisher:
                 wake.set()
                 self._exit.wait(1.0)
 
-    def lost_connection(self, error: Exception) -> None:
-        """If ``error`` says the connection or the server went away, the database may have
-        crashed, undoing recent finishes it had not flushed: have them written again. (Lock and
-        statement timeouts, or SQL errors, leave the server up and say nothing of the kind.)"""
+    def lost_connection(self, error: Exception | None) -> None:
+        """If ``error`` says the connection or the server went away (None: a pool found an idle
+        connection ended), the database may have crashed, undoing recent finishes it had not
+        flushed: have them written again. (Lock and statement timeouts, or SQL errors, leave
+        the server up and say nothing of the kind.)"""
         if self.durable:
             return
         state = getattr(error, "sqlstate", None)
-        if isinstance(error, PoolTimeout) or (
+        if error is None or isinstance(error, PoolTimeout) or (
                 isinstance(error, OperationalError)
                 and (state is None or state.startswith(("08", "57P")))):
             self.replay_wanted.set()

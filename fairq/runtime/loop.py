@@ -107,9 +107,9 @@ class Worker:
         self.application_name = f"fairq-worker {self.worker_id}"[:63]
         self.ready = threading.Event()  # set once the loop runs (and LISTEN is in effect)
 
-        self.connections = WorkerStores(stores, self.application_name,
-                                        concurrency=self.concurrency,
-                                        durable_finishes=settings.durable_finishes)
+        self.connections = WorkerStores(stores, self.application_name, concurrency=self.concurrency,
+                                        durable_finishes=settings.durable_finishes,
+                                        on_lost=lambda: self.finisher.lost_connection(None))
         self.shared = Shared()
         self.shared.outage = Outage(log, on_reconnect=lambda: observe_reconnect(self.observer))
         self.stats: WorkerStats = self.shared.stats

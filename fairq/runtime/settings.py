@@ -191,8 +191,11 @@ class WorkerStores:
     the control thread's, the finisher's and the heartbeat thread's."""
 
     def __init__(self, factory: StoreFactory, application_name: str, *, concurrency: int,
-                 durable_finishes: bool) -> None:
+                 durable_finishes: bool, on_lost: Callable[[], None] | None = None) -> None:
         self.factory = factory
+        # Called when a pool finds an idle connection the server ended (fairq.store.pool): the
+        # server may have crashed without any statement of ours failing.
+        self.on_lost = on_lost
         self.application_name = application_name
         self.concurrency = concurrency
         self.durable_finishes = durable_finishes
@@ -204,8 +207,8 @@ class WorkerStores:
     def main(self) -> Store:
         """Claims and maintenance: a few connections (``Job.extend_lease`` uses them too)."""
         if self._main is None:
-            self._main = self.factory.open(self.application_name,
-                                           max_size=2 + min(self.concurrency, 4))
+            self._main = self._watched(self.factory.open(self.application_name,
+                                                         max_size=2 + min(self.concurrency, 4)))
         return self._main
 
     @property
@@ -216,8 +219,8 @@ class WorkerStores:
         a re-run, as after a worker crash, never a lost job. Their tenants' slots come back with
         them (same transaction). Claims, enqueues and reaps stay durable."""
         if self._finish is None:
-            self._finish = self.factory.open(self.application_name, max_size=1,
-                                             durable_commits=self.durable_finishes)
+            self._finish = self._watched(self.factory.open(
+                self.application_name, max_size=1, durable_commits=self.durable_finishes))
         return self._finish
 
     @property
@@ -225,8 +228,13 @@ class WorkerStores:
         """The heartbeat thread's own connection: a claim waiting for a lock, or any slow
         statement of the control thread, cannot delay the leases of running jobs."""
         if self._heartbeat is None:
-            self._heartbeat = self.factory.open(self.application_name, max_size=1)
+            self._heartbeat = self._watched(self.factory.open(self.application_name,
+                                                              max_size=1))
         return self._heartbeat
+
+    def _watched(self, store: Store) -> Store:
+        store.pool.on_lost = self.on_lost
+        return store
 
     def opened(self) -> bool:
         """Whether the control thread's pool was opened."""

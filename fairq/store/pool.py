@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 import select
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -49,6 +50,10 @@ class Pool(ConnectionPool[psycopg.Connection[Any]]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, check=self._check_idle, **kwargs)
+        # Told when an idle connection was found ended: the server may have restarted (or
+        # crashed) without any statement failing (the worker then writes its recent finishes
+        # again: fairq.runtime.finisher).
+        self.on_lost: Callable[[], None] | None = None
 
     def schedule_task(self, task: Any, delay: float) -> None:
         if isinstance(task, AddConnection):
@@ -63,6 +68,10 @@ class Pool(ConnectionPool[psycopg.Connection[Any]]):
             return
         try:
             ConnectionPool.check_connection(conn)
+        except Exception:
+            if self.on_lost is not None:
+                self.on_lost()
+            raise
         finally:
             self.check()
 
