@@ -36,6 +36,10 @@ class WorkerObserver(Protocol):
     def on_db_error(self, kind: str) -> None:
         """A database error a worker thread met; kind: one of DB_ERROR_KINDS."""
 
+    def on_reconnect(self) -> None:
+        """The database answers again after an outage (one call per outage, not per
+        connection: fairq.runtime.outage)."""
+
 
 class NullObserver:
     """Observes nothing."""
@@ -57,6 +61,9 @@ class NullObserver:
         pass
 
     def on_db_error(self, kind: str) -> None:
+        pass
+
+    def on_reconnect(self) -> None:
         pass
 
 

@@ -46,6 +46,8 @@ from fairq.metrics.exporter_rows import (
     keep_tenants,
     waiting_family,
 )
+from fairq.runtime.db_errors import react
+from fairq.runtime.outage import OUTAGE_KINDS, Outage
 from fairq.runtime.signals import SignalRelay
 from fairq.store.monitor import MonitorSession, failed_statement
 
@@ -71,6 +73,11 @@ class DatabaseCollector:
         self._errors = 0
         self._up = 0.0
         self._duration = 0.0
+        # Lost connections: one line when lost, one when back, counted; while the database is
+        # away a scrape reads again only after a backoff (jittered, at most 2 s).
+        self._outage = Outage(log, settle=0.0)  # reads are seconds apart: no storm to merge
+        self._failures = 0
+        self._retry_at = -math.inf
 
     def close(self) -> None:
         running = self._refreshing
@@ -122,13 +129,21 @@ class DatabaseCollector:
             rows, leases, table, waiting = self._query()
         except Exception as exc:
             self._errors += 1
+            self._failures += 1
             self._up = 0.0
-            statement = failed_statement(exc)
-            log.warning("exporter query %sfailed: %s",
-                        f"{statement} " if statement else "", " ".join(str(exc).split()))
+            r = react(exc, self._failures, 30.0, "reading again")
+            self._retry_at = time.monotonic() + r.delay
+            if r.kind in OUTAGE_KINDS:
+                self._outage.lost(exc, r.delay)
+            else:
+                statement = failed_statement(exc)
+                log.warning("exporter query %sfailed: %s",
+                            f"{statement} " if statement else "", " ".join(str(exc).split()))
             self._db.recover(exc)
             return []
         self._up = 1.0
+        self._failures = 0
+        self._outage.ok()
         claims = self._window_claims(rows, started)
         families = self._families(rows, leases, table, claims)
         families.append(waiting_family(waiting, keep_queues(rows, leases, self.max_tenants)))
@@ -294,7 +309,9 @@ class DatabaseCollector:
         refresh's values and the next scrape gets the new ones, so that Prometheus' scrape
         timeout is never what ends it. The first scrape waits for the first refresh."""
         with self._lock:
-            due = time.monotonic() - self._refreshed_at >= self.interval or not self._up
+            now = time.monotonic()
+            due = (now - self._refreshed_at >= self.interval
+                   or (not self._up and now >= self._retry_at))
             if due and self._refreshing is None:
                 self._refreshing = threading.Thread(target=self._refresh_cache, daemon=True,
                                                     name="fairq-exporter-refresh")
@@ -312,6 +329,10 @@ class DatabaseCollector:
                                   "Database reads that failed or timed out.", value=errors)
         yield GaugeMetricFamily("fairq_exporter_refresh_seconds",
                                 "Duration of the last database read.", value=duration)
+        yield CounterMetricFamily("fairq_db_reconnects",
+                                  "Outages the exporter came back from: the database answered "
+                                  "again after its connection was lost.",
+                                  value=self._outage.reconnects)
 
     def _refresh_cache(self) -> None:
         families: list[Metric] = []

@@ -89,6 +89,7 @@ class PrometheusObserver:
         self._reaped: dict[tuple[str, str], float] = {}  # (queue, outcome)
         # Every kind at 0 from the start: a rate of deadlocks is 0, not absent.
         self._db_errors: dict[str, float] = dict.fromkeys(DB_ERROR_KINDS, 0.0)
+        self._reconnects = 0.0
         self._last_loop: float | None = None
         self._created = clock()
         self._fresh = FreshSeries()  # a tenant's first series are shown at 0 first
@@ -158,6 +159,10 @@ class PrometheusObserver:
     def on_db_error(self, kind: str) -> None:
         with self._lock:
             self._db_errors[kind] = self._db_errors.get(kind, 0.0) + 1
+
+    def on_reconnect(self) -> None:
+        with self._lock:
+            self._reconnects += 1
 
     # -- health ------------------------------------------------------------------------------
     def loop_alive(self) -> bool:
@@ -265,6 +270,10 @@ class PrometheusObserver:
                 "what each costs and what the worker does next).", labels=["kind"])
             for kind, v in self._db_errors.items():
                 db_errors.add_metric([kind], v)
+            reconnects = CounterMetricFamily(
+                "fairq_db_reconnects", "Outages this worker came back from: the database "
+                "answered again after its connections were lost (one per outage, not per "
+                "connection).", value=self._reconnects)
             folded = GaugeMetricFamily(
                 "fairq_metrics_tenants_folded",
                 "Tenants whose worker series are folded into tenant=\"__other__\" "
@@ -274,7 +283,7 @@ class PrometheusObserver:
                                "1 when the worker loop ticked recently and reported its database "
                                "connection healthy.", value=1.0 if self.loop_healthy() else 0.0)
         yield from self._fresh.zero_new((enq, claimed, finished, wait, run, claim, leases,
-                                         reaped, db_errors, folded, up))
+                                         reaped, db_errors, reconnects, folded, up))
 
     def serve(self, port: int, host: str = "0.0.0.0",
               health: Callable[[], bool] | None = None) -> MetricsServer:

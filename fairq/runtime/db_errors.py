@@ -12,6 +12,7 @@ and unknown errors back off exponentially up to ``max_backoff``.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
 
@@ -80,3 +81,32 @@ def observe(observer: WorkerObserver, kind: str) -> None:
     hook = getattr(observer, "on_db_error", None)
     if hook is not None:
         hook(kind)
+
+
+def observe_reconnect(observer: WorkerObserver) -> None:
+    """Count an outage's end in ``observer`` (``fairq_db_reconnects_total``); an observer
+    written before ``on_reconnect`` existed does without."""
+    hook = getattr(observer, "on_reconnect", None)
+    if hook is not None:
+        hook()
+
+
+# psycopg_pool's lines for each failed connection attempt and each dead connection it drops:
+# during an outage that is a line per attempt per pool. The worker says it once (outage.py).
+POOL_NOISE = ("error connecting in ", "discarding broken connection", "discarding closed "
+              "connection", "closing returned connection")
+
+
+class PoolNoise(logging.Filter):
+    """Drops psycopg_pool's per-attempt warnings; its errors (and anything else) pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno <= logging.WARNING
+                    and isinstance(record.msg, str) and record.msg.startswith(POOL_NOISE))
+
+
+def quiet_pool_logs() -> None:
+    """Install ``PoolNoise`` on psycopg_pool's logger, once per process."""
+    pool_log = logging.getLogger("psycopg.pool")
+    if not any(isinstance(f, PoolNoise) for f in pool_log.filters):
+        pool_log.addFilter(PoolNoise())

@@ -22,6 +22,7 @@ from fairq.runtime.slots import Slots
 from fairq.runtime.state import Completion, Shared, log
 from fairq.store import Store
 from fairq.store.errors import DatabaseError, PoolTimeout
+from fairq.store.workers import expired_lease_exists
 
 MIN_WAKE_SECONDS = 0.01  # a wake-up due now still waits this long: the loop never spins
 
@@ -30,8 +31,9 @@ class Drain:
     """The two ways a worker's run ends, over the parts it stops."""
 
     def __init__(self, shared: Shared, slots: Slots, finisher: Finisher, heartbeats: Heartbeats,
-                 observer: WorkerObserver, worker_id: str) -> None:
+                 observer: WorkerObserver, worker_id: str, reap_grace: float = 0.0) -> None:
         self.shared = shared
+        self.reap_grace = reap_grace
         self.slots = slots
         self.finisher = finisher
         self.heartbeats = heartbeats
@@ -53,8 +55,12 @@ class Drain:
         with sh.lock:
             if claimed or not poll or not sh.settled():
                 return False
-        reaped = reap_and_report(store, self.observer)
-        if reaped.total:
+        wait = self.reap_grace - sh.outage.connected_for()
+        if wait > 0:  # not connected long enough to reap (decision 016)
+            if expired_lease_exists(store):  # look again then
+                sh.wake_tenants_at(time.monotonic() + max(MIN_WAKE_SECONDS, wait))
+                return False
+        elif reap_and_report(store, self.observer).total:
             return False
         stranded, expires_in = store.held_running(self.worker_id)
         if stranded:
@@ -118,7 +124,7 @@ class Drain:
         self.shared.stats.released += len(released)
         log.info("handed back %d claimed job(s) that had not started", len(released))
 
-    def _retry_until(self, deadline: float, action: Callable[[], None]) -> None:
+    def _retry_until(self, deadline: float, action: Callable[[], object]) -> None:
         """Run ``action`` until it succeeds or ``deadline`` passes (database errors only)."""
         failures = 0
         while True:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from fairq.observe import WorkerObserver
 from fairq.runtime.background import Background
 from fairq.runtime.db_errors import observe, react
+from fairq.runtime.outage import OUTAGE_KINDS
 from fairq.runtime.state import Completion, Shared, log
 from fairq.store import Store
 from fairq.store.errors import DatabaseError, LockNotAvailable, OperationalError, PoolTimeout
@@ -63,7 +64,8 @@ class Finisher:
             try:
                 if self.replay_wanted.is_set():
                     self._replay(store)
-                self.finish_completions(store)
+                if self.finish_completions(store):
+                    self.shared.outage.ok()
                 failures = 0
             except (DatabaseError, PoolTimeout) as e:
                 self.lost_connection(e)
@@ -71,7 +73,9 @@ class Finisher:
                 self.shared.count_db_error()  # the control thread counts its errors there too
                 r = react(e, failures, self.max_backoff, "writing the finishes again")
                 observe(self.observer, r.kind)
-                if r.unexpected:
+                if r.kind in OUTAGE_KINDS:
+                    self.shared.outage.lost(e, r.delay)  # one line per outage (outage.py)
+                elif r.unexpected:
                     log.exception("finishing jobs: %s", r.line)
                 else:
                     log.warning("finishing jobs: %s", r.line)
@@ -85,14 +89,15 @@ class Finisher:
                 wake.set()
                 self._exit.wait(1.0)
 
-    def lost_connection(self, error: Exception) -> None:
-        """If ``error`` says the connection or the server went away, the database may have
-        crashed, undoing recent finishes it had not flushed: have them written again. (Lock and
-        statement timeouts, or SQL errors, leave the server up and say nothing of the kind.)"""
+    def lost_connection(self, error: Exception | None) -> None:
+        """If ``error`` says the connection or the server went away (None: a pool found an idle
+        connection ended), the database may have crashed, undoing recent finishes it had not
+        flushed: have them written again. (Lock and statement timeouts, or SQL errors, leave
+        the server up and say nothing of the kind.)"""
         if self.durable:
             return
         state = getattr(error, "sqlstate", None)
-        if isinstance(error, PoolTimeout) or (
+        if error is None or isinstance(error, PoolTimeout) or (
                 isinstance(error, OperationalError)
                 and (state is None or state.startswith(("08", "57P")))):
             self.replay_wanted.set()
@@ -102,6 +107,11 @@ class Finisher:
         """Drop remembered finishes older than FINISH_REPLAY_SECONDS (caller holds the lock)."""
         while self._recent and self._recent[0][0] < now - FINISH_REPLAY_SECONDS:
             self._recent.popleft()
+
+    def recent(self) -> set[tuple[int, int]]:
+        """(id, attempt) of the finishes remembered for a replay (the last 10 s of them)."""
+        with self.shared.lock:
+            return {(c.job.id, c.job.attempt) for _, batch in self._recent for c in batch}
 
     def _replay(self, store: Store) -> None:
         """Write the recent finishes again, fenced: only those a crash undid change anything."""
@@ -131,15 +141,16 @@ class Finisher:
             log.warning("wrote %d finish(es) again that the database had lost (a crash before "
                         "their commit was flushed)", repaired)
 
-    def finish_completions(self, store: Store) -> None:
-        """Write every completion queued so far (kept for the next try if that fails)."""
+    def finish_completions(self, store: Store) -> bool:
+        """Write every completion queued so far (kept for the next try if that fails); False
+        when there was none."""
         sh = self.shared
         with sh.lock:
             batch, sh.completions = sh.completions, []
             taken = len(batch)
             sh.finishing += taken
         if not batch:
-            return
+            return False
         try:
             self._write(store, batch)
         except BaseException:
@@ -151,6 +162,7 @@ class Finisher:
                 sh.finishing -= taken
             # After the count: a drain waiting for it to reach 0 must see it when it wakes.
             sh.wake.set()
+        return True
 
     def _write(self, store: Store, batch: list[Completion]) -> None:
         """Finish ``batch``, taking out of it what was written; raise if anything is left.

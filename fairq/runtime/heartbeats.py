@@ -4,11 +4,13 @@ of the control thread, cannot let them expire."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 
 from fairq.job import Job
 from fairq.runtime.background import Background
+from fairq.runtime.outage import is_outage
 from fairq.runtime.state import Shared, log
 from fairq.store import Store
 from fairq.store.errors import DatabaseError, LockNotAvailable, PoolTimeout
@@ -52,13 +54,18 @@ class Heartbeats:
             try:
                 self.beat(self._store(), now)
                 failures = 0
+                sh.outage.ok()
             except (DatabaseError, PoolTimeout) as e:
                 failures += 1
                 delay = min(1.0, 0.05 * 2 ** min(failures, 5))  # a lease is at stake: retry soon
-                what = ("lock timeout" if isinstance(e, LockNotAvailable)
-                        else type(e).__name__)
-                log.warning("extending leases failed (%s: %s); retrying in %.2fs", what,
-                            str(e).strip()[:200], delay)
+                delay *= random.uniform(0.5, 1.0)
+                if is_outage(e):
+                    sh.outage.lost(e, delay)  # one line per outage (outage.py)
+                else:
+                    what = ("lock timeout" if isinstance(e, LockNotAvailable)
+                            else type(e).__name__)
+                    log.warning("extending leases failed (%s: %s); retrying in %.2fs", what,
+                                str(e).strip()[:200], delay)
                 self._exit.wait(delay)
             except Exception:  # a bug must not stop the heartbeats
                 log.exception("heartbeat error; retrying in 1s")

@@ -16,11 +16,13 @@ import random
 import threading
 from collections.abc import Callable, Collection
 
+from fairq.runtime.outage import Outage, is_outage
 from fairq.store.errors import DatabaseError
 from fairq.store.listen import Notifications
 
 log = logging.getLogger("fairq.listener")
 
+MAX_RETRY_SECONDS = 5.0  # the longest wait between two attempts to listen again
 ALL_QUEUES: frozenset[str] = frozenset()  # on_wake(ALL_QUEUES) means "maybe anything changed"
 
 
@@ -37,6 +39,7 @@ class Listener:
         application_name: str = "fairq-listener",
         max_backoff: float = 30.0,
         check_interval: float = 0.5,
+        outage: Outage | None = None,
     ) -> None:
         self.dsn = dsn
         self.channel = channel
@@ -45,6 +48,9 @@ class Listener:
         self.application_name = application_name[:63]
         self.max_backoff = max_backoff
         self.check_interval = check_interval
+        # The worker's connection state: a lost LISTEN session is one of its outage's lines,
+        # not a line per attempt (fairq.runtime.outage).
+        self.outage = outage
         self.connected = threading.Event()  # set while LISTEN is in effect (tests wait on it)
         self.reconnects = 0
         self._stop = threading.Event()
@@ -68,10 +74,13 @@ class Listener:
                     # Anything sent while we were away is lost: ask for a poll, before saying
                     # we listen, so that whoever waits for `connected` finds that poll asked for.
                     self.on_wake(ALL_QUEUES)
-                    if failures:
-                        log.info("listener reconnected after %d failure(s)", failures)
+                    if failures:  # the worker's "back" line says it when it has one
+                        log.log(logging.DEBUG if self.outage else logging.INFO,
+                                "listener reconnected after %d failure(s)", failures)
                         self.reconnects += 1
                     failures = 0
+                    if self.outage is not None:
+                        self.outage.ok()
                     self.connected.set()
                     self._listen(conn)
             except DatabaseError as e:
@@ -79,9 +88,16 @@ class Listener:
                 if self._stop.is_set():
                     return
                 failures += 1
-                delay = min(self.max_backoff, 0.2 * 2 ** min(failures, 10))
+                # Capped low: until it is back, wake-ups wait for the poll.
+                delay = min(self.max_backoff, MAX_RETRY_SECONDS, 0.2 * 2 ** min(failures, 10))
                 delay *= random.uniform(0.5, 1.0)
-                log.warning("listener connection failed (%s); retrying in %.1fs",
+                if self.outage is not None and is_outage(e):
+                    # Not for the reaper's grace: LISTEN may use another URL (a pooler's
+                    # listen_dsn) that failing must not stop this worker reaping.
+                    self.outage.lost(e, delay, grace=False)
+                else:  # one line when it fails, not one per attempt
+                    level = logging.DEBUG if failures > 1 else logging.WARNING
+                    log.log(level, "listener connection failed (%s); retrying in %.1fs",
                             type(e).__name__, delay)
                 self._stop.wait(delay)
             finally:

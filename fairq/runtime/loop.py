@@ -28,7 +28,7 @@ from typing import ClassVar
 from fairq.errors import InvalidInput
 from fairq.models import ClaimedJob
 from fairq.observe import NullObserver, WorkerObserver
-from fairq.runtime.db_errors import observe, react
+from fairq.runtime.db_errors import observe, observe_reconnect, quiet_pool_logs, react
 from fairq.runtime.drain import MIN_WAKE_SECONDS, Drain
 from fairq.runtime.failure_log import FailureLog
 from fairq.runtime.finisher import Finisher
@@ -47,7 +47,9 @@ from fairq.runtime.maintenance import (
     UsageDecay,
     VtimeRebase,
 )
+from fairq.runtime.outage import OUTAGE_KINDS, Outage
 from fairq.runtime.periodic import Periodic
+from fairq.runtime.read_back import read_back
 from fairq.runtime.registry import WorkerRegistry
 from fairq.runtime.settings import StoreFactory, WorkerSettings, WorkerStores
 from fairq.runtime.signals import SignalRelay
@@ -55,7 +57,7 @@ from fairq.runtime.slots import Slots, TaskHandler
 from fairq.runtime.startup_checks import log_default_cap
 from fairq.runtime.state import Shared, WorkerStats, log
 from fairq.store import Store
-from fairq.store.errors import DatabaseError, InsufficientPrivilege, PoolTimeout
+from fairq.store.errors import DatabaseError, InsufficientPrivilege, PoolTimeout, error_kind
 from fairq.store.listen import channel_for
 
 GATHER_SECONDS = 0.002  # see Worker._gather
@@ -105,10 +107,11 @@ class Worker:
         self.application_name = f"fairq-worker {self.worker_id}"[:63]
         self.ready = threading.Event()  # set once the loop runs (and LISTEN is in effect)
 
-        self.connections = WorkerStores(stores, self.application_name,
-                                        concurrency=self.concurrency,
-                                        durable_finishes=settings.durable_finishes)
+        self.connections = WorkerStores(stores, self.application_name, concurrency=self.concurrency,
+                                        durable_finishes=settings.durable_finishes,
+                                        on_lost=lambda: self.finisher.lost_connection(None))
         self.shared = Shared()
+        self.shared.outage = Outage(log, on_reconnect=lambda: observe_reconnect(self.observer))
         self.stats: WorkerStats = self.shared.stats
         self.heartbeats = Heartbeats(self.shared, lambda: self.connections.heartbeat,
                                      settings.heartbeat_interval)
@@ -118,7 +121,7 @@ class Worker:
                                  durable=settings.durable_finishes,
                                  max_backoff=settings.max_backoff)
         self.drain = Drain(self.shared, self.slots, self.finisher, self.heartbeats,
-                           self.observer, self.worker_id)
+                           self.observer, self.worker_id, settings.reap_grace)
         # Its row in the worker registry, on the heartbeat thread's connection.
         self.registry = WorkerRegistry(lambda: self.connections.heartbeat, self.worker_id,
                                        queues=self.queues, policy=self.policy.name,
@@ -126,6 +129,7 @@ class Worker:
         self._signals: SignalRelay | None = None
         self._listener: Listener | None = None
         self._rotation = 0
+        self._claim_unknown = False  # a claim's commit is unknown: ``read_back`` first
 
     @property
     def failure_log(self) -> FailureLog:
@@ -175,6 +179,7 @@ class Worker:
         becomes claimable by time alone. Delayed jobs, tenants at their cap and paused tenants
         do not keep it running (``fairq.runtime.drain``).
         """
+        quiet_pool_logs()
         self.stores.check_schema()
         # A signal while stopping (a second one) exits at once, leaving running jobs to their
         # leases; the relay logs nothing from the handler, so the exit is logged here.
@@ -184,6 +189,7 @@ class Worker:
                 self._run(until_empty)
         finally:
             st = self.stats
+            self.shared.outage.stopping()
             if self._signals.exited:
                 log.warning("second signal: exited without waiting for running jobs; their "
                             "leases will expire and be reaped")
@@ -210,7 +216,7 @@ class Worker:
     def _services(self, store: Store) -> list[Service]:
         s = self.settings
         services: list[Service] = [
-            Reaper(store, s.reap_interval, self.observer),
+            Reaper(store, s.reap_interval, self.observer, ready=self.may_reap),
             DueWaker(store, s.wake_interval),
             StrandedWaker(store, s.stranded_interval),
             VtimeRebase(store),
@@ -239,7 +245,8 @@ class Worker:
         if self.listen:
             self._listener = Listener(self.stores.listen_dsn, channel_for(self.stores.schema),
                                       self.queues, self._on_notify,
-                                      application_name=f"{self.application_name} listen")
+                                      application_name=f"{self.application_name} listen",
+                                      outage=self.shared.outage)
             self._listener.start()
 
     def _shutdown_threads(self) -> None:
@@ -279,6 +286,9 @@ class Worker:
                 sh.poll_now = False
                 busy = bool(sh.inflight or sh.hot)
             try:
+                if self._claim_unknown:
+                    read_back(store, self.shared, self.worker_id, self.finisher.recent())
+                    self._claim_unknown = False
                 if (busy or poll) and schedule.run_due():
                     poll = True  # reaped or woken: there may be work now
                 claimed = self._claim_round(store, poll)
@@ -290,6 +300,7 @@ class Worker:
                              self.worker_id)
                     return
                 failures = 0
+                self.shared.outage.ok()
                 self.observer.on_loop(True)
             except InsufficientPrivilege as e:
                 # Retrying cannot help: the role lacks the worker's grants (docs/roles.md).
@@ -387,12 +398,13 @@ class Worker:
 
     def _db_error(self, store: Store, error: DatabaseError | PoolTimeout, failures: int,
                   next_step: str) -> None:
-        """Name ``error`` in the log and the metrics, say what comes next, drop the pool's dead
-        connections if the server ended them, and wait before the next try."""
+        """Log (once per outage) and count ``error``, drop dead connections, wait."""
         self.shared.count_db_error()  # the finisher thread counts its errors there too
         r = react(error, failures, self.settings.max_backoff, next_step)
         observe(self.observer, r.kind)
-        if r.unexpected:
+        if r.kind in OUTAGE_KINDS:
+            self.shared.outage.lost(error, r.delay)  # one line per outage, not per error
+        elif r.unexpected:
             log.exception(r.line)
         else:
             log.warning(r.line)
@@ -406,7 +418,10 @@ class Worker:
         t0 = time.perf_counter()
         try:
             jobs = store.claim(self.policy, queue=q, batch=want, worker=self.worker_id)
-        except (DatabaseError, PoolTimeout):
+        except (DatabaseError, PoolTimeout) as e:
+            # Lost under the statement: it may have committed (a pool timeout never sent it).
+            if error_kind(e) in ("admin_shutdown", "connection_lost"):
+                self._claim_unknown = True
             self.observer.on_claim(q, self.policy.name, "error", time.perf_counter() - t0, [])
             raise
         try:  # the jobs are ours now: an observer's error must not strand them
@@ -422,6 +437,10 @@ class Worker:
         if len(jobs) < want:
             self._note_next_wake(store, q)
         return jobs
+
+    def may_reap(self) -> bool:
+        """Connected for ``reap_grace`` s: live workers renewed their leases (decision 016)."""
+        return self.shared.outage.connected_for() >= self.settings.reap_grace
 
     def _note_next_wake(self, store: Store, q: str) -> None:
         """Remember when the queue's first idle tenant wakes (at least 10 ms from now, so a

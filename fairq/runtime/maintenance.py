@@ -89,6 +89,8 @@ class Reaper:
     observer: WorkerObserver = field(default_factory=NullObserver)
     limit: int = 1000
     key: str = "reap"
+    # Whether this process may reap now (the worker's: connected long enough, decision 016).
+    ready: Callable[[], bool] = lambda: True
 
     def run_once(self) -> int:
         total = 0
@@ -326,6 +328,9 @@ class MaintenanceSchedule:
             if self._next[s.key] > now:
                 continue
             self._next[s.key] = now + s.interval
+            ready = getattr(s, "ready", None)
+            if ready is not None and not ready():
+                continue  # not even asking: another worker may do it this interval
             # A little under the interval: our timer and the database clock need not agree.
             if (leader_check and getattr(s, "elected", True)
                     and not self.store.maintenance_due(s.key, s.interval * 0.9)):

@@ -16,6 +16,7 @@ from fairq.errors import InvalidInput
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.policies import DEFAULT_POLICY, Policy, get_policy
 from fairq.runtime.maintenance import DEFAULT_VACUUM_INTERVAL
+from fairq.runtime.outage import REAP_GRACE_SECONDS
 from fairq.runtime.state import log
 from fairq.store import Store
 from fairq.store.errors import InsufficientPrivilege, OperationalError
@@ -70,6 +71,9 @@ class WorkerSettings:
     # Seconds after which half of a backlogged tenant's lead in virtual time is forgotten (the
     # worker's queues, whatever its policy; None: never).
     time_half_life: float | None = None
+    # Seconds this process must have been connected before its reaper returns expired leases
+    # (decision 016): after an outage the live workers renew theirs first.
+    reap_grace: float = REAP_GRACE_SECONDS
 
     def __post_init__(self) -> None:
         concurrency, batch = self.concurrency, self.batch
@@ -94,6 +98,9 @@ class WorkerSettings:
         if hb is not None and not _seconds(hb, 0, exclusive=True):
             raise InvalidInput(f"heartbeat_interval must be > 0 and at most {MAX_SECONDS:g} "
                                f"seconds, not {hb!r}")
+        if not _seconds(self.reap_grace, 0):
+            raise InvalidInput(f"reap_grace must be >= 0 and at most {MAX_SECONDS:g} seconds, "
+                               f"not {self.reap_grace!r}")
         if not _seconds(self.grace_period, 0):
             raise InvalidInput(f"grace_period must be >= 0 and at most {MAX_SECONDS:g} seconds, "
                                f"not {self.grace_period!r}")
@@ -184,8 +191,11 @@ class WorkerStores:
     the control thread's, the finisher's and the heartbeat thread's."""
 
     def __init__(self, factory: StoreFactory, application_name: str, *, concurrency: int,
-                 durable_finishes: bool) -> None:
+                 durable_finishes: bool, on_lost: Callable[[], None] | None = None) -> None:
         self.factory = factory
+        # Called when a pool finds an idle connection the server ended (fairq.store.pool): the
+        # server may have crashed without any statement of ours failing.
+        self.on_lost = on_lost
         self.application_name = application_name
         self.concurrency = concurrency
         self.durable_finishes = durable_finishes
@@ -197,8 +207,8 @@ class WorkerStores:
     def main(self) -> Store:
         """Claims and maintenance: a few connections (``Job.extend_lease`` uses them too)."""
         if self._main is None:
-            self._main = self.factory.open(self.application_name,
-                                           max_size=2 + min(self.concurrency, 4))
+            self._main = self._watched(self.factory.open(self.application_name,
+                                                         max_size=2 + min(self.concurrency, 4)))
         return self._main
 
     @property
@@ -209,8 +219,8 @@ class WorkerStores:
         a re-run, as after a worker crash, never a lost job. Their tenants' slots come back with
         them (same transaction). Claims, enqueues and reaps stay durable."""
         if self._finish is None:
-            self._finish = self.factory.open(self.application_name, max_size=1,
-                                             durable_commits=self.durable_finishes)
+            self._finish = self._watched(self.factory.open(
+                self.application_name, max_size=1, durable_commits=self.durable_finishes))
         return self._finish
 
     @property
@@ -218,8 +228,13 @@ class WorkerStores:
         """The heartbeat thread's own connection: a claim waiting for a lock, or any slow
         statement of the control thread, cannot delay the leases of running jobs."""
         if self._heartbeat is None:
-            self._heartbeat = self.factory.open(self.application_name, max_size=1)
+            self._heartbeat = self._watched(self.factory.open(self.application_name,
+                                                              max_size=1))
         return self._heartbeat
+
+    def _watched(self, store: Store) -> Store:
+        store.pool.on_lost = self.on_lost
+        return store
 
     def opened(self) -> bool:
         """Whether the control thread's pool was opened."""

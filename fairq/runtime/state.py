@@ -13,6 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from fairq.job import Job
+from fairq.runtime.outage import Outage
 
 # One logger for the whole runtime: operators filter on "fairq.worker" (docs/deployment.md).
 log = logging.getLogger("fairq.worker")
@@ -107,6 +108,9 @@ class Shared:
         # A moving average of handlers' run times (None until one returns): the loop claims
         # ahead of its slots only while jobs are short (fairq.runtime.loop).
         self.run_seconds: float | None = None
+        # The database connection as every thread sees it: one log line when it is lost, one
+        # when it is back; the reaper's grace (fairq.runtime.outage).
+        self.outage = Outage(log)
 
     def note_run(self, seconds: float) -> None:
         """Fold one handler's run time into ``run_seconds`` (caller holds the lock)."""

@@ -16,13 +16,13 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
 
 from fairq import sql
 from fairq.models import JobInfo, NewJobColumns, TenantConfig
 from fairq.store.caller_connection import async_connection_for
 from fairq.store.enqueue import CHUNK, as_invalid_input, enqueue_params
 from fairq.store.planner import PLAN_CACHE_MODE, PLANNER_SETTINGS, SEARCH_PATH, planner_options
+from fairq.store.pool import AsyncPool
 
 
 class AsyncStore:
@@ -42,18 +42,18 @@ class AsyncStore:
             self._kwargs["options"] = (f"-c statement_timeout={int(statement_timeout_ms)} "
                                        f"-c lock_timeout={int(lock_timeout_ms)} {SEARCH_PATH} "
                                        + planner_options())
-        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
+        self._pool: AsyncPool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def statement(self, name: str) -> str:
         """The text of the named statement ``name`` for this store's schema."""
         return sql.statement(name, self.schema)
 
-    async def _get_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+    async def _get_pool(self) -> AsyncPool:
         loop = asyncio.get_running_loop()
         if self._pool is None or self._loop is not loop:
             # A pool belongs to the event loop that opened it (asyncio.run makes a new one).
-            self._pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=self._max_size,
+            self._pool = AsyncPool(self.dsn, min_size=1, max_size=self._max_size,
                                              kwargs=self._kwargs, open=False,
                                              name=f"fairq-async-{self.schema}")
             self._loop = loop

@@ -16,13 +16,13 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
 
 from fairq import sql
 from fairq.config import redact
 from fairq.store.listen import channel_for
 from fairq.store.loaders import adapt_connection
 from fairq.store.planner import PLAN_CACHE_MODE, PLANNER_SETTINGS, SEARCH_PATH, planner_options
+from fairq.store.pool import Pool
 
 
 class StoreSessions:
@@ -63,7 +63,8 @@ class StoreSessions:
                                  + planner_options())
             if not durable_commits:
                 kwargs["options"] += " -c synchronous_commit=off"
-        self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+        # Reconnects at least every second after an outage (fairq.store.pool).
+        self.pool: Pool = Pool(
             dsn,
             min_size=min_size,
             max_size=max_size,

@@ -1,9 +1,12 @@
 """The worker registry's writes: a worker's row at start and at every beat, gone at a clean stop
-(``fairq/sql/workers.sql``). Readers judge liveness by ``seen_at`` (``tenant_waits``)."""
+(``fairq/sql/workers.sql``). Readers judge liveness by ``seen_at`` (``tenant_waits``). And what
+a worker asks of the jobs after an outage: which it holds, whether a lease expired
+(``fairq/sql/drain.sql``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from fairq.store.pg import Store
 
@@ -25,3 +28,19 @@ def unregister_worker(store: Store, worker_id: str) -> None:
     """Delete the worker's row: at a clean stop it is gone at once, not after missed beats."""
     with store.cursor() as cur:
         cur.execute(store.statement("unregister_worker"), {"worker_id": worker_id})
+
+
+def held_jobs(store: Store, worker_id: str) -> dict[tuple[int, int], datetime]:
+    """(id, attempts) of the jobs running under ``worker_id``'s leases, with each claim's time
+    (the fence of its hand-back)."""
+    with store.cursor() as cur:
+        cur.execute(store.statement("held_jobs"), {"worker": worker_id})
+        return {(int(r["id"]), int(r["attempts"])): r["started_at"] for r in cur.fetchall()}
+
+
+def expired_lease_exists(store: Store) -> bool:
+    """Whether a running job's lease has expired (and is not reaped yet)."""
+    with store.cursor() as cur:
+        cur.execute(store.statement("expired_lease_exists"))
+        row = cur.fetchone()
+    return bool(row and row["expired"])

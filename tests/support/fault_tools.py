@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import select
 import signal
 import subprocess
@@ -160,3 +161,159 @@ def migrated_db(cluster: pgcluster.Cluster, name: str = "fq") -> str:
     dsn = dsn_for_db(cluster.dsn, name)
     migrate.upgrade(dsn, "fairq")
     return dsn
+
+
+# -- outages (tests/runtime/test_outages.py) ---------------------------------------------------
+def spans(log_dir: Path) -> dict[int, list[tuple[float, float]]]:
+    """Per job id, the (start, end) wall-clock span of every execution that returned, over every
+    fault_worker's ``<pid>.spans``."""
+    out: dict[int, list[tuple[float, float]]] = {}
+    for f in log_dir.glob("*.spans"):
+        for line in f.read_text().splitlines():
+            job_id, _attempt, start, end = line.split()
+            out.setdefault(int(job_id), []).append((float(start), float(end)))
+    return out
+
+
+def overlaps(runs: dict[int, list[tuple[float, float]]]) -> list[int]:
+    """Jobs that ran twice at the same time: two executions whose spans overlap."""
+    bad = []
+    for job_id, spans_ in runs.items():
+        ordered = sorted(spans_)
+        if any(a[1] > b[0] for a, b in itertools.pairwise(ordered)):
+            bad.append(job_id)
+    return bad
+
+
+def hold_down(cluster: pgcluster.Cluster, seconds: float, mode: str = "fast") -> pgcluster.Cluster:
+    """Stop the private cluster, keep it down (connections refused) for ``seconds``, start it
+    again on the same port: ``restart`` with a gap."""
+    cluster.stop(mode)
+    time.sleep(seconds)
+    return restart(cluster, mode)
+
+
+class Bouncer:
+    """A transaction-mode PgBouncer of our own in front of ``target`` (a DSN), on a fixed free
+    port so that a restart (``restart()``: SIGTERM, then start again) keeps its address; stopped
+    by PID."""
+
+    def __init__(self, target: str, binary: str) -> None:
+        import os
+        import shutil
+        import tempfile
+
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        t = conninfo_to_dict(target)
+        self.binary = binary
+        self.port = pgcluster.free_port()
+        # in /tmp: pytest's tmp dirs are 0700 root, and pgbouncer runs as the postgres user
+        self.work = Path(tempfile.mkdtemp(prefix="fq-pgbouncer-", dir="/tmp"))
+        (self.work / "users.txt").write_text('"postgres" ""\n')
+        self.ini = self.work / "pgbouncer.ini"
+        self.ini.write_text(
+            "[databases]\n"
+            f"{t['dbname']} = host={t.get('host', '127.0.0.1')} port={t.get('port', 5432)} "
+            f"dbname={t['dbname']}\n"
+            "[pgbouncer]\n"
+            f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
+            f"auth_type = trust\nauth_file = {self.work / 'users.txt'}\n"
+            "pool_mode = transaction\ndefault_pool_size = 6\nmax_client_conn = 200\n"
+            "admin_users = postgres\nignore_startup_parameters = extra_float_digits,options\n"
+            f"logfile = {self.work / 'pgbouncer.log'}\n")
+        for p in (self.work, *self.work.iterdir()):
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+            if os.geteuid() == 0:
+                shutil.chown(p, "postgres")
+        self.dsn = make_conninfo(**dict(t, port=str(self.port)))  # type: ignore[arg-type]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        import os
+
+        cmd = [self.binary, str(self.ini)]
+        if os.geteuid() == 0:  # pgbouncer refuses root; -u keeps our PID the pooler's own
+            cmd = [self.binary, "-u", "postgres", str(self.ini)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: bool(sql(self.dsn, "SELECT 1")), timeout=30, what="pgbouncer")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)  # immediate shutdown: every client cut off
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def remove(self) -> None:
+        import shutil
+
+        self.stop()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+class Producer:
+    """A thread enqueueing ``work`` jobs one at a time (tenants in turn) through its own
+    ``fairq.App``, as an application would, through an outage: it records each enqueue it saw
+    succeed (id, wall time it returned) and each failure; ``stop()`` ends it."""
+
+    def __init__(self, dsn: str, *, ms: int = 15, every: float = 0.02, **app_options: Any) -> None:
+        import threading
+
+        import fairq
+
+        self.app = fairq.App(dsn, **app_options)
+        self.ms, self.every = ms, every
+        self.ok: list[tuple[int, float]] = []
+        self.failed: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def start(self) -> Producer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            try:
+                job_id = self.app.enqueue("work", tenant=f"p{i % 8}", payload={"ms": self.ms})
+                self.ok.append((job_id, time.time()))
+            except Exception as e:  # an outage: the application sees it, and goes on
+                self.failed.append((time.time(), type(e).__name__))
+            i += 1
+            self._stop.wait(self.every)
+
+    def first_ok_after(self, t: float) -> float | None:
+        """Seconds from wall time ``t`` to the first enqueue that returned successfully after it."""
+        later = [at for _, at in self.ok if at >= t]
+        return min(later) - t if later else None
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self._thread.join(60)
+        self.app.close()
+        return [job_id for job_id, _ in self.ok]
+
+
+OUTAGE_LINE = "database connection lost"
+BACK_LINE = "database connection back after"
+
+
+def outage_log(stderr: str) -> tuple[int, int, list[float]]:
+    """(log lines, lost lines, the seconds each back line says) of one worker's stderr."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    lost = sum(OUTAGE_LINE in ln for ln in lines)
+    import re
+
+    back = [float(m.group(1)) for ln in lines
+            if (m := re.search(re.escape(BACK_LINE) + r" ([0-9.]+)s", ln))]
+    return len(lines), lost, back

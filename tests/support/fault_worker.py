@@ -3,11 +3,15 @@
 Usage: fault_worker.py DSN --log-dir DIR [--concurrency N] [--policy P] [--poll S]
                        [--clock-skew SECONDS] [--listen-dsn DSN] [--prepare-threshold N|none]
                        [--queues Q1,Q2]
+                       [--pooler] [--log-level LEVEL]
 
 Tasks: ``work`` (payload ``{"ms": M}``: sleeps M ms) and ``hold`` (payload ``{"s": S}``: sleeps
 S seconds, extending nothing itself). Every execution appends ``id attempt`` to
 ``DIR/<pid>.log`` when it starts, and ``id attempt done`` when its handler returns, so a test can
-count executions per job across processes, including ones killed with SIGKILL.
+count executions per job across processes, including ones killed with SIGKILL; and, when it
+returns, ``id attempt start end`` (wall clock) to ``DIR/<pid>.spans``, so a test can check that no
+job ran twice at the same time (``fault_tools.overlaps``). ``--pooler``: the DSN is a
+transaction-mode pooler's (``App(pooler=True)``).
 
 ``--clock-skew`` moves this process's wall clock (``time.time``, ``datetime.now``,
 ``datetime.utcnow``) by that many seconds before fairq is imported: fairq must use the database
@@ -60,33 +64,40 @@ def main() -> int:
     p.add_argument("--prepare-threshold", default="5")
     p.add_argument("--reap-interval", type=float, default=0.5)
     p.add_argument("--queues", default=None, help="comma-separated; default: the tasks' queue")
+    p.add_argument("--pooler", action="store_true")
+    p.add_argument("--log-level", default="WARNING")
     a = p.parse_args()
     if a.clock_skew:
         skew_clock(a.clock_skew)
     import fairq  # after the clock is skewed: fairq sees only the wrong clock
 
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.basicConfig(level=getattr(logging, a.log_level), stream=sys.stderr)
     threshold = None if a.prepare_threshold == "none" else int(a.prepare_threshold)
-    app = fairq.App(a.dsn, schema="fairq", listen_dsn=a.listen_dsn, prepare_threshold=threshold)
+    app = fairq.App(a.dsn, schema="fairq", listen_dsn=a.listen_dsn, prepare_threshold=threshold,
+                    pooler=a.pooler)
     log_path = Path(a.log_dir) / f"{os.getpid()}.log"
+    spans_path = Path(a.log_dir) / f"{os.getpid()}.spans"
     log_lock = threading.Lock()
 
-    def record(line: str) -> None:
-        with log_lock, log_path.open("a") as f:
+    def record(line: str, path: Path = log_path) -> None:
+        with log_lock, path.open("a") as f:
             f.write(line + "\n")
             f.flush()
 
+    def run(job: fairq.Job, seconds: float) -> None:
+        start = time.time()
+        record(f"{job.id} {job.attempt}")
+        time.sleep(seconds)
+        record(f"{job.id} {job.attempt} done")
+        record(f"{job.id} {job.attempt} {start:.6f} {time.time():.6f}", spans_path)
+
     @app.task(name="work", lease=5, max_attempts=20)
     def work(job: fairq.Job) -> None:
-        record(f"{job.id} {job.attempt}")
-        time.sleep(float(job.payload.get("ms", 5)) / 1000.0)
-        record(f"{job.id} {job.attempt} done")
+        run(job, float(job.payload.get("ms", 5)) / 1000.0)
 
     @app.task(name="hold", lease=3, max_attempts=20)
     def hold(job: fairq.Job) -> None:
-        record(f"{job.id} {job.attempt}")
-        time.sleep(float(job.payload.get("s", 1.0)))
-        record(f"{job.id} {job.attempt} done")
+        run(job, float(job.payload.get("s", 1.0)))
 
     worker = app.worker(concurrency=a.concurrency, policy=a.policy, poll_interval=a.poll,
                         reap_interval=a.reap_interval, grace_period=10.0, max_backoff=2.0,
@@ -108,7 +119,8 @@ def main() -> int:
     worker.run()
     s = worker.stats
     print(f"STATS done={s.done} retry={s.retry} failed={s.failed} lease_lost={s.lease_lost} "
-          f"db_errors={s.db_errors} claimed={s.claimed}", flush=True)
+          f"db_errors={s.db_errors} claimed={s.claimed} released={s.released} "
+          f"reconnects={worker.shared.outage.reconnects}", flush=True)
     app.close()
     return 0
 
