@@ -128,7 +128,7 @@ SELECT r.queue, r.tenant,
        r.queued, r.due, r.running, r.tokens,
        extract(epoch FROM now() - r.oldest_due)::float8 AS oldest_wait_seconds,
        coalesce(ct.claims, 0) AS recent_claims,
-       ct.claims::float8 / nullif(c.claims, 0) AS claim_share,
+       coalesce(ct.claims, 0)::float8 / nullif(c.claims, 0) AS claim_share,
        CASE WHEN r.active OR r.running > 0 THEN
            r.weight / nullif(qg.w, 0) * qg.share END AS weight_share
 FROM r

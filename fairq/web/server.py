@@ -24,6 +24,7 @@ from starlette.staticfiles import StaticFiles
 
 from fairq import __version__
 from fairq.errors import InvalidInput
+from fairq.store import errors
 from fairq.store.console import SORTS
 from fairq.web import charts, data
 from fairq.web import security as sec
@@ -287,8 +288,10 @@ def create_app(app: App, *, guard: sec.Guard, hosts: list[str]) -> Starlette:
         return console.error(request, 400, str(exc))
 
     def failed(request: Request, exc: Exception) -> Response:
-        from fairq.store import errors
-
+        if isinstance(exc, errors.InsufficientPrivilege):
+            return console.error(request, 403, "the console's database role may not do this: "
+                                 "grant it with fairq roles --console ROLE --console-actions "
+                                 "(docs/roles.md)")
         if isinstance(exc, errors.QueryCanceled):
             return console.error(request, 503, "the database took too long; try again")
         if isinstance(exc, errors.OperationalError):
@@ -302,5 +305,6 @@ def create_app(app: App, *, guard: sec.Guard, hosts: list[str]) -> Starlette:
         routes=console.routes(),
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
                     Middleware(_Headers)],
-        exception_handlers={InvalidInput: invalid, Exception: failed, 404: not_found},
+        exception_handlers={InvalidInput: invalid, errors.DatabaseError: failed, Exception: failed,
+                            404: not_found},
     )
