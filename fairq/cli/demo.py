@@ -237,10 +237,11 @@ CONSOLE_HINT = ("See it live in the operator console: fairq web --demo "
 
 class LiveDemo:
     """The noisy neighbour, kept running for the console in the schema ``fairq_demo``:
-    ``tenant-1`` keeps a backlog at its cap of 2, five small tenants (``tenant-2`` ...) enqueue
-    a job now and then and wait their turn for the one slot left, ``tenant-7`` is rate limited
-    (one job every 5 s) and one job of ``tenant-3`` failed (it succeeds when retried). A worker
-    of 3 slots under ``weighted`` runs in this process until ``stop()``."""
+    ``tenant-1`` (weight 10) keeps a backlog and is held at its cap of 2, five small tenants
+    (``tenant-2`` ...) keep a job or two queued and wait their turn for the one slot left,
+    ``tenant-7`` (weight 5) is rate limited to one job every 20 s, and one job of ``tenant-3``
+    failed (it succeeds when retried). A worker of 3 slots under ``weighted`` runs in this
+    process until ``stop()``."""
 
     def __init__(self, dsn: str, schema: str = CONSOLE_SCHEMA, job_seconds: float = 1.0) -> None:
         self.app = App(dsn, schema=schema, pool_size=3)
@@ -253,8 +254,8 @@ class LiveDemo:
     def start(self) -> None:
         app = self.app
         app.migrate()
-        app.tenants.set(NOISY, max_running=2)
-        app.tenants.set(RATED, rate=0.2, burst=1)
+        app.tenants.set(NOISY, weight=10, max_running=2)
+        app.tenants.set(RATED, weight=5, rate=0.05, burst=1)
         app.cancel_tenant(NOISY)  # a restart begins from a fresh backlog
 
         def work(job: Job) -> dict[str, Any]:
@@ -266,9 +267,13 @@ class LiveDemo:
             return {"ok": True}
 
         app.task(work, name=LIVE_TASK, max_attempts=1)
-        if not app.jobs(tenant=FAILING, status="failed", limit=1):
-            app.enqueue(LIVE_TASK, tenant=FAILING, payload={"report": 42, "fail": True})
-        self.worker = app.worker(concurrency=3, policy="weighted", poll_interval=0.5)
+        if not app.jobs(tenant=FAILING, status="failed", limit=1):  # one (the key: once)
+            app.enqueue(LIVE_TASK, tenant=FAILING, payload={"report": 42, "fail": True},
+                        key="demo-failing")
+        # No claim-ahead: each slot claims when it frees, so the console shows the turns as
+        # the policy takes them.
+        self.worker = app.worker(concurrency=3, policy="weighted", poll_interval=0.5,
+                                 claim_ahead=0)
         run = threading.Thread(target=self.worker.run, name="fairq-demo-worker", daemon=True)
         feed = threading.Thread(target=self._produce, name="fairq-demo-producer", daemon=True)
         self._threads = [run, feed]
@@ -276,16 +281,17 @@ class LiveDemo:
         feed.start()
 
     def _produce(self) -> None:
-        """Keep the noisy tenant's backlog near 40 and give the small ones a job each second."""
+        """Keep the noisy tenant's backlog near 40 and each small tenant's near 2, every
+        second."""
         app, turn = self.app, 0
         while not self._stop.is_set():
             try:
                 depth = app.queue_depth(tenant=NOISY)
                 if depth.queued < 40:
                     app.enqueue_many(LIVE_TASK, [(NOISY, {"n": i}) for i in range(40)])
-                small = SMALL[turn % len(SMALL)]
-                if app.queue_depth(tenant=small).queued < 3:
-                    app.enqueue(LIVE_TASK, tenant=small, payload={"turn": turn})
+                for small in SMALL:  # more than the one slot left serves: they queue
+                    if app.queue_depth(tenant=small).queued < 2:
+                        app.enqueue(LIVE_TASK, tenant=small, payload={"turn": turn})
                 if app.queue_depth(tenant=RATED).queued < 5:
                     app.enqueue(LIVE_TASK, tenant=RATED, payload={"turn": turn})
             except Exception as exc:  # the database went away: say so once a round, go on

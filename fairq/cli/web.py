@@ -100,7 +100,6 @@ def serve(args: argparse.Namespace, dsn: str, schema: str, token: str | None, al
         config = uvicorn.Config(web, host=args.host, port=args.port, log_level="warning",
                                 server_header=False, proxy_headers=False)
         server = uvicorn.Server(config)
-        server.config.setup_event_loop()
         host = f"[{args.host}]" if ":" in args.host else args.host
         mode = "actions allowed (log in with the token)" if allow else "read-only"
         print(f"fairq web: serving schema {schema} on http://{host}:{args.port}/ ({mode}); "

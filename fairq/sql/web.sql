@@ -129,7 +129,7 @@ SELECT r.queue, r.tenant,
        extract(epoch FROM now() - r.oldest_due)::float8 AS oldest_wait_seconds,
        coalesce(ct.claims, 0) AS recent_claims,
        coalesce(ct.claims, 0)::float8 / nullif(c.claims, 0) AS claim_share,
-       CASE WHEN r.active OR r.running > 0 THEN
+       CASE WHEN r.due > 0 OR r.running > 0 THEN
            r.weight / nullif(qg.w, 0) * qg.share END AS weight_share
 FROM r
 JOIN w ON w.queue = r.queue
