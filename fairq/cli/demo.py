@@ -229,18 +229,18 @@ def run_demo(dsn: str, shape: Shape = Shape(), out: IO[str] | None = None,
 # -- the live workload `fairq web --demo` shows ------------------------------------------------
 CONSOLE_SCHEMA = "fairq_demo"
 LIVE_TASK = "fairq.demo.live"
-NOISY, RATED, FAILING = "tenant-1", "tenant-7", "tenant-3"
-SMALL = ("tenant-2", "tenant-3", "tenant-4", "tenant-5", "tenant-6")
+NOISY, RATED, FAILING = "tenant-1", "tenant-2", "tenant-3"
+SMALL = ("tenant-3", "tenant-4", "tenant-5", "tenant-6", "tenant-7")
 CONSOLE_HINT = ("See it live in the operator console: fairq web --demo "
                 "(pip install 'fairq[web]'), then open http://127.0.0.1:8080/")
 
 
 class LiveDemo:
     """The noisy neighbour, kept running for the console in the schema ``fairq_demo``:
-    ``tenant-1`` (weight 10) keeps a backlog and is held at its cap of 2, five small tenants
-    (``tenant-2`` ...) keep a job or two queued and wait their turn for the one slot left,
-    ``tenant-7`` (weight 5) is rate limited to one job every 20 s, and one job of ``tenant-3``
-    failed (it succeeds when retried). A worker of 3 slots under ``weighted`` runs in this
+    ``tenant-1`` (weight 10) keeps a backlog and is held at its cap of 2, ``tenant-2`` (weight
+    5) is rate limited to one job every 20 s, five small tenants (``tenant-3`` ...) keep a job
+    or more queued and wait their turn for the one slot left, and one job of ``tenant-3`` failed
+    (it succeeds when retried). A worker of 3 slots under ``weighted`` runs in this
     process until ``stop()``."""
 
     def __init__(self, dsn: str, schema: str = CONSOLE_SCHEMA, job_seconds: float = 1.0) -> None:
@@ -281,8 +281,8 @@ class LiveDemo:
         feed.start()
 
     def _produce(self) -> None:
-        """Keep the noisy tenant's backlog near 40 and each small tenant's near 2, every
-        second."""
+        """Keep the noisy tenant's backlog near 40 and each small tenant's at 3 or 4 (never
+        empty: each keeps its place in the claim order), every second."""
         app, turn = self.app, 0
         while not self._stop.is_set():
             try:
@@ -290,8 +290,8 @@ class LiveDemo:
                 if depth.queued < 40:
                     app.enqueue_many(LIVE_TASK, [(NOISY, {"n": i}) for i in range(40)])
                 for small in SMALL:  # more than the one slot left serves: they queue
-                    if app.queue_depth(tenant=small).queued < 2:
-                        app.enqueue(LIVE_TASK, tenant=small, payload={"turn": turn})
+                    if app.queue_depth(tenant=small).queued < 3:
+                        app.enqueue_many(LIVE_TASK, [(small, {"turn": turn})] * 2)
                 if app.queue_depth(tenant=RATED).queued < 5:
                     app.enqueue(LIVE_TASK, tenant=RATED, payload={"turn": turn})
             except Exception as exc:  # the database went away: say so once a round, go on

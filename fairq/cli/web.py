@@ -106,7 +106,7 @@ def serve(args: argparse.Namespace, dsn: str, schema: str, token: str | None, al
               "Ctrl-C stops it", flush=True)
         if demo is not None:
             print("fairq web: the demo's workload runs in this process: tenant-1 at its cap, "
-                  "tenant-2..6 waiting their turn, tenant-7 rate limited, a failed job of "
+                  "tenant-2 rate limited, tenant-3..7 waiting their turn, a failed job of "
                   "tenant-3 to retry", flush=True)
         if made_token:
             print(f"fairq web: token for this run (set FAIRQ_WEB_TOKEN to choose one): {token}",

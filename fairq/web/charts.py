@@ -18,6 +18,7 @@ class Series:
     points: str
     top: float
     unit: str
+    dots: tuple[tuple[float, float], ...] = ()  # each point, drawn too: one point is no line
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,7 @@ def _nice(top: float) -> float:
     return top
 
 
-def _points(values: Sequence[float | None], top: float) -> str:
+def _xy(values: Sequence[float | None], top: float) -> tuple[tuple[float, float], ...]:
     n = len(values)
     span_x = WIDTH - LEFT - RIGHT
     span_y = HEIGHT - TOP - BOTTOM
@@ -49,9 +50,14 @@ def _points(values: Sequence[float | None], top: float) -> str:
         if v is None:
             continue
         x = LEFT + (span_x * i / (n - 1) if n > 1 else span_x / 2)
-        y = TOP + span_y * (1 - min(v, top) / top)
-        out.append(f"{x:.1f},{y:.1f}")
-    return " ".join(out)
+        y = TOP + span_y * (1 - min(max(v, 0.0), top) / top)
+        out.append((round(x, 1), round(y, 1)))
+    return tuple(out)
+
+
+def _series(name: str, values: Sequence[float | None], top: float, unit: str) -> Series:
+    dots = _xy(values, top)
+    return Series(name, " ".join(f"{x},{y}" for x, y in dots), top, unit, dots)
 
 
 def wait_and_share(times: Sequence[str], waits: Sequence[float | None],
@@ -66,7 +72,5 @@ def wait_and_share(times: Sequence[str], waits: Sequence[float | None],
     labels = tuple((LEFT + (span_x * i / (n - 1) if n > 1 else 0), times[i])
                    for i in range(0, n, step))
     empty = all(w is None for w in waits) and all(s is None for s in shares)
-    return Chart(WIDTH, HEIGHT, (
-        Series("wait", _points(waits, wait_top), wait_top, "s"),
-        Series("share", _points(pct, 100.0), 100.0, "%"),
-    ), labels, empty)
+    return Chart(WIDTH, HEIGHT, (_series("wait", waits, wait_top, "s"),
+                                 _series("share", pct, 100.0, "%")), labels, empty)

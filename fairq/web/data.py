@@ -22,8 +22,9 @@ TIMEOUT_MS = 5_000        # every read is bounded
 RATE_MINUTES = 10         # the overview's claims/s and done/s
 PAGE_SIZES = (25, 50, 100, 200)
 DEFAULT_PAGE = 50
-HISTORY_BUCKET_S = 60
-HISTORY_BUCKETS = 30
+HISTORY_BUCKET_S = 20     # the tenant chart: 20 s buckets over the last 30 minutes,
+HISTORY_BUCKETS = 90      # from the first bucket with claims in its queues
+HISTORY_MIN_BUCKETS = 15
 JOB_LIMIT = 100
 STATUSES = ("queued", "running", "done", "failed", "cancelled")
 MAX_PAGE = 1_000_000
@@ -136,12 +137,14 @@ def tenant(app: App, name: str) -> dict[str, Any]:
     history = console.tenant_history(app.store, name, bucket_s=HISTORY_BUCKET_S,
                                      buckets=HISTORY_BUCKETS, timeout_ms=TIMEOUT_MS)
     jobs = app.jobs(tenant=name, limit=20)
+    first = next((i for i, h in enumerate(history) if h["all_claims"]), len(history))
+    history = history[min(first, max(0, len(history) - HISTORY_MIN_BUCKETS)):]
     return {
         "tenant": name, "settings": settings, "explain": explain, "queues": rows,
         "history": [{"at": h["at"], "wait_seconds": h["wait_seconds"], "claims": h["claims"],
                      "share": h["claims"] / h["all_claims"] if h["all_claims"] else None}
                     for h in history],
-        "jobs": jobs,
+        "bucket_seconds": HISTORY_BUCKET_S, "jobs": jobs,
     }
 
 

@@ -117,7 +117,7 @@ class Console:
         t = data.tenant(self.app, request.path_params["name"])
         if request.url.path.startswith("/api/"):
             return self.json(t)
-        chart = charts.wait_and_share([h["at"].strftime("%H:%M") for h in t["history"]],
+        chart = charts.wait_and_share([h["at"].strftime("%H:%M:%S") for h in t["history"]],
                                       [h["wait_seconds"] for h in t["history"]],
                                       [h["share"] for h in t["history"]])
         return self.page(request, "tenant.html", t=t, chart=chart, auto=True)

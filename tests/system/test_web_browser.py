@@ -134,7 +134,7 @@ def test_console_in_chromium(console: str, browser: Any, tmp_path: Path) -> None
     assert until(d, lambda: d.find_element(By.ID, "workers-alive").text == "1", "a live worker",
                  reload=True)
     # The tenant list: the noisy tenant held at its cap, small tenants waiting their turn,
-    # tenant-7 at its rate limit (each as soon as the workload shows it).
+    # tenant-2 at its rate limit (each as soon as the workload shows it).
     d.get(console + "/tenants")
     seen: dict[str, set[str]] = {}
 
@@ -142,8 +142,8 @@ def test_console_in_chromium(console: str, browser: Any, tmp_path: Path) -> None
         for tenant, reason in reasons(d).items():
             seen.setdefault(tenant, set()).add(reason)
         return ("at_cap" in seen.get("tenant-1", set())
-                and any("waiting_turn" in seen.get(f"tenant-{i}", set()) for i in range(2, 7))
-                and "rate_limited" in seen.get("tenant-7", set()))
+                and any("waiting_turn" in seen.get(f"tenant-{i}", set()) for i in range(3, 8))
+                and "rate_limited" in seen.get("tenant-2", set()))
 
     until(d, story, f"the demo's reasons (seen so far: {seen})", reload=True)
     # The failed job: found through the jobs page, retried after logging in with the token.
@@ -163,7 +163,7 @@ def test_console_in_chromium(console: str, browser: Any, tmp_path: Path) -> None
     assert d.current_url.split("?")[0].endswith(f"/jobs/{job_id}")
     assert d.find_element(By.ID, "job-status").text in ("queued", "running", "done")
     # A weight changed on the tenant page shows in the table.
-    d.get(console + "/tenants/tenant-2")
+    d.get(console + "/tenants/tenant-4")
     d.find_element(By.ID, "set-weight").send_keys("3.5")
     d.find_element(By.ID, "save").click()
     assert d.find_element(By.ID, "notice").text.startswith("Settings saved")
@@ -172,7 +172,7 @@ def test_console_in_chromium(console: str, browser: Any, tmp_path: Path) -> None
     weights = {row.get_attribute("data-tenant"): row.find_element(
                    By.CSS_SELECTOR, "[data-col=weight]").text
                for row in d.find_elements(By.CSS_SELECTOR, "#tenants tbody tr[data-tenant]")}
-    assert weights["tenant-2"] == "3.5" and weights["tenant-1"] == "10"
+    assert weights["tenant-4"] == "3.5" and weights["tenant-1"] == "10"
     # Screenshots: the overview and the noisy tenant's page.
     d.get(console + "/")
     shot(d, tmp_path, "overview.png")
