@@ -3,6 +3,7 @@ of claims over time, as coordinates a template puts in an ``<svg>``."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,10 +35,10 @@ def _nice(top: float) -> float:
     """A round scale top at or above ``top``."""
     if top <= 0:
         return 1.0
-    step = 10 ** len(str(int(top))) / 10
+    step = 10.0 ** math.floor(math.log10(top))
     for m in (1, 2, 2.5, 5, 10):
         if m * step >= top:
-            return float(m * step)
+            return round(m * step, 12)
     return top
 
 
