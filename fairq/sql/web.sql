@@ -164,6 +164,16 @@ FROM generate_series(date_trunc('minute', now()) - make_interval(mins => %(minut
                      date_trunc('minute', now()), interval '1 minute') m(minute)
 ORDER BY m.minute;
 
+-- name: console_last_minute
+-- Jobs started, and jobs finished done, in the last 60 seconds: the overview's claims/s and
+-- done/s now.
+SELECT count(*) FILTER (WHERE j.started_at >= now() - interval '1 minute')::int AS claims,
+       count(*) FILTER (WHERE j.status = 'done'
+                          AND j.finished_at >= now() - interval '1 minute')::int AS done
+FROM {schema}.jobs j
+WHERE j.started_at >= now() - interval '1 minute'
+   OR (j.status = 'done' AND j.finished_at >= now() - interval '1 minute');
+
 -- name: console_workers
 -- The worker registry: alive while seen within %(missed_beats)s of their beats.
 SELECT w.worker_id, w.queues, w.policy, w.started_at, w.seen_at,

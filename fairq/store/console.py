@@ -64,15 +64,18 @@ def _facts(store: Store, cur: psycopg.Cursor[dict[str, Any]], page: list[dict[st
 
 
 def overview(store: Store, *, minutes: int, timeout_ms: int) -> dict[str, list[dict[str, Any]]]:
-    """The queues' depth, claims and done jobs per minute, and the worker registry."""
+    """The queues' depth, claims and done jobs per minute and in the last 60 s, and the
+    worker registry."""
     with _read(store, timeout_ms) as cur:
         cur.execute(store.statement("console_queues"))
         queues = cur.fetchall()
         cur.execute(store.statement("console_rates"), {"minutes": minutes})
         rates = cur.fetchall()
+        cur.execute(store.statement("console_last_minute"))
+        last = cur.fetchone() or {"claims": 0, "done": 0}
         cur.execute(store.statement("console_workers"), {"missed_beats": float(MISSED_BEATS)})
         workers = cur.fetchall()
-    return {"queues": queues, "rates": rates, "workers": workers}
+    return {"queues": queues, "rates": rates, "last_minute": [last], "workers": workers}
 
 
 def tenant_history(store: Store, tenant: str, *, bucket_s: int, buckets: int,

@@ -65,8 +65,10 @@ def overview(app: App) -> dict[str, Any]:
     o = console.overview(app.store, minutes=RATE_MINUTES, timeout_ms=TIMEOUT_MS)
     rates = [{"minute": r["minute"], "claims_per_s": r["claims"] / 60.0,
               "done_per_s": r["done"] / 60.0} for r in o["rates"]]
+    last = o["last_minute"][0]
     alive = [w for w in o["workers"] if w["alive"]]
-    return {"queues": o["queues"], "rates": rates, "workers": o["workers"],
+    return {"queues": o["queues"], "claims_per_s": last["claims"] / 60.0,
+            "done_per_s": last["done"] / 60.0, "rates": rates, "workers": o["workers"],
             "workers_alive": len(alive)}
 
 
