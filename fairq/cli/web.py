@@ -95,7 +95,8 @@ def serve(args: argparse.Namespace, dsn: str, schema: str, token: str | None, al
         demo.start()
     app = App(dsn, schema=schema, pool_size=4)
     try:
-        web = create_app(app, guard=sec.Guard(token, allow),
+        guard = sec.Guard(token, allow, login_required=not sec.is_loopback(args.host))
+        web = create_app(app, guard=guard,
                          hosts=sec.allowed_hosts(args.host, args.allowed_host))
         config = uvicorn.Config(web, host=args.host, port=args.port, log_level="warning",
                                 server_header=False, proxy_headers=False)

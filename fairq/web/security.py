@@ -79,6 +79,8 @@ class Guard:
 
     token: str | None
     allow_actions: bool
+    # Bound beyond loopback: every page needs the login (or the bearer token), reads too.
+    login_required: bool = False
     _sessions: dict[str, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -107,6 +109,14 @@ class Guard:
             return None
         with self._lock:
             return self._sessions.get(sid)
+
+    def may_read(self, sid: str | None, authorization: str | None) -> bool:
+        """A request may see the pages: no login required, a live session, or the bearer
+        token."""
+        if not self.login_required or self.csrf_for(sid) is not None:
+            return True
+        auth = authorization or ""
+        return auth.lower().startswith("bearer ") and self.token_ok(auth[7:].strip())
 
     def may_act(self, sid: str | None, csrf: str | None) -> bool:
         """A POST may change something: actions allowed, a live session, its CSRF token."""

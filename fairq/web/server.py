@@ -272,6 +272,24 @@ def _with_notice(target: str, notice: str) -> str:
     return target + ("&" if "?" in target else "?") + "notice=" + notice
 
 
+class _Login(BaseHTTPMiddleware):
+    """With ``Guard.login_required`` (a non-loopback bind): the login first, for every page."""
+
+    def __init__(self, app: Any, guard: sec.Guard) -> None:
+        super().__init__(app)
+        self.guard = guard
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        path = request.url.path
+        if path in ("/login", "/logout") or path.startswith("/static/") or self.guard.may_read(
+                request.cookies.get(sec.SESSION_COOKIE), request.headers.get("authorization")):
+            return await call_next(request)
+        if path.startswith("/api/"):
+            return JSONResponse({"error": "log in first (the token of FAIRQ_WEB_TOKEN, or "
+                                          "Authorization: Bearer)"}, status_code=401)
+        return RedirectResponse("/login?next=" + quote(path, safe="/"), status_code=303)
+
+
 class _Headers(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         response = await call_next(request)
@@ -304,7 +322,7 @@ def create_app(app: App, *, guard: sec.Guard, hosts: list[str]) -> Starlette:
     return Starlette(
         routes=console.routes(),
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
-                    Middleware(_Headers)],
+                    Middleware(_Headers), Middleware(_Login, guard=guard)],
         exception_handlers={InvalidInput: invalid, errors.DatabaseError: failed, Exception: failed,
                             404: not_found},
     )

@@ -309,3 +309,19 @@ def test_hundred_thousand_tenants_page_reads_only_the_page(
     timings.append(f"/tenants/t050000 {time.perf_counter() - t0:.3f}s")
     with capsys.disabled():
         print("\n100,000 tenants: " + "; ".join(timings))
+
+
+def test_beyond_loopback_every_page_needs_the_login(app: fairq.App) -> None:
+    scene(app)
+    web = create_app(app, guard=sec.Guard(TOKEN, False, login_required=True),
+                     hosts=sec.allowed_hosts("0.0.0.0", []))
+    c = TestClient(web, base_url="http://127.0.0.1")
+    r = c.get("/tenants", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/login?next=/tenants"
+    assert c.get("/api/tenants").status_code == 401
+    assert c.get("/static/console.css").status_code == 200
+    assert c.get("/api/tenants", headers={"authorization": f"Bearer {TOKEN}"}).status_code == 200
+    login(c)  # a read-only console's login: the pages, still no action
+    assert c.get("/tenants").status_code == 200 and "noisy" in c.get("/tenants").text
+    assert c.post("/api/tenants/noisy/cancel", headers={
+        "authorization": f"Bearer {TOKEN}"}).status_code == 403
