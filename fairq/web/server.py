@@ -5,11 +5,12 @@ login and a CSRF token on every POST), a Host allowlist and the security headers
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -114,7 +115,7 @@ class Console:
                          auto=True)
 
     def tenant(self, request: Request) -> Response:
-        t = data.tenant(self.app, request.path_params["name"])
+        t = data.tenant(self.app, _name(request))
         if request.url.path.startswith("/api/"):
             return self.json(t)
         chart = charts.wait_and_share([h["at"].strftime("%H:%M:%S") for h in t["history"]],
@@ -224,17 +225,17 @@ class Console:
         job = "{id:str}"
 
         def tenant_back(r: Request) -> str:
-            return "/tenants/" + quote(r.path_params["name"], safe="")
+            return "/tenants/" + quote(_name(r), safe="")
 
         def job_back(r: Request) -> str:
             return "/jobs/" + quote(r.path_params["id"])
         actions = {
             f"/tenants/{name}": (lambda r, f: data.set_tenant(
-                self.app, r.path_params["name"], f), "saved", tenant_back),
+                self.app, _name(r), f), "saved", tenant_back),
             f"/tenants/{name}/retry": (lambda r, f: data.retry_tenant(
-                self.app, r.path_params["name"]), "retried_all", tenant_back),
+                self.app, _name(r)), "retried_all", tenant_back),
             f"/tenants/{name}/cancel": (lambda r, f: data.cancel_tenant(
-                self.app, r.path_params["name"]), "cancelled_all", tenant_back),
+                self.app, _name(r)), "cancelled_all", tenant_back),
             f"/jobs/{job}/retry": (lambda r, f: data.retry_job(
                 self.app, data.job_id(r.path_params["id"])), "retried", job_back),
             f"/jobs/{job}/cancel": (lambda r, f: data.cancel_job(
@@ -259,6 +260,34 @@ class Console:
             Mount("/static", StaticFiles(packages=[("fairq.web", "static")]), name="static"),
         ]
         return out
+
+
+_KEPT = re.compile(r"(%2[fF]|%25)")
+
+
+def _keep_slashes(raw: bytes) -> str:
+    """The request path decoded except for ``%2F`` and ``%25``, so that a name holding ``/``
+    stays one path segment; ``_name`` decodes the rest."""
+    parts = _KEPT.split(raw.decode("ascii", "replace"))
+    return "".join(p if _KEPT.fullmatch(p) else unquote(p) for p in parts)
+
+
+def _name(request: Request) -> str:
+    """The tenant name of the URL (any text the CLI accepts, ``/`` and ``%`` included)."""
+    return unquote(request.path_params["name"])
+
+
+class _Segments:
+    """ASGI: route on the path with encoded slashes kept (``_keep_slashes``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if raw:
+            scope = {**scope, "path": _keep_slashes(raw.split(b"?", 1)[0])}
+        await self.app(scope, receive, send)
 
 
 def _safe_next(target: str | None) -> str:
@@ -321,7 +350,7 @@ def create_app(app: App, *, guard: sec.Guard, hosts: list[str]) -> Starlette:
 
     return Starlette(
         routes=console.routes(),
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
+        middleware=[Middleware(_Segments), Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
                     Middleware(_Headers), Middleware(_Login, guard=guard)],
         exception_handlers={InvalidInput: invalid, errors.DatabaseError: failed, Exception: failed,
                             404: not_found},

@@ -325,3 +325,21 @@ def test_beyond_loopback_every_page_needs_the_login(app: fairq.App) -> None:
     assert c.get("/tenants").status_code == 200 and "noisy" in c.get("/tenants").text
     assert c.post("/api/tenants/noisy/cancel", headers={
         "authorization": f"Bearer {TOKEN}"}).status_code == 403
+
+
+def test_names_with_slashes_and_percents_have_their_pages(app: fairq.App) -> None:
+    odd = "team/a%2Fb c"
+    app.enqueue("t", tenant=odd)
+    app.enqueue("t", tenant="team")
+    c = client(app)
+    page = c.get("/tenants").text
+    assert 'href="/tenants/team%2Fa%252Fb%20c"' in page
+    assert c.get("/api/tenants/team%2Fa%252Fb%20c").json()["tenant"] == odd
+    csrf = login(c)
+    r = c.post("/tenants/team%2Fa%252Fb%20c", data={"csrf": csrf, "weight": "4"},
+               follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].startswith("/tenants/team%2Fa%252Fb%20c?")
+    assert app.tenants.get(odd).weight == 4.0 and app.tenants.get("team").weight == 1.0
+    assert c.post("/api/tenants/team%2Fa%252Fb%20c/cancel",
+                  headers={sec.CSRF_HEADER: csrf}).json() == {"cancelled": 1}
+    assert app.queue_depth(tenant="team").queued == 1
