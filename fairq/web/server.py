@@ -4,6 +4,7 @@ login and a CSRF token on every POST), a Host allowlist and the security headers
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -41,6 +42,7 @@ NOTICES = {
     "logout": "Logged out.",
 }
 REFRESH_S = 5
+WRONG_TOKEN_DELAY_S = 0.5
 
 
 def _fmt_age(seconds: float | None) -> str:
@@ -156,6 +158,7 @@ class Console:
         if not sec.same(str(csrf or ""), request.cookies.get(sec.LOGIN_COOKIE)):
             return self.error(request, 403, "the login form expired: load it again")
         if not self.guard.token_ok(str(token or "")):
+            await asyncio.sleep(WRONG_TOKEN_DELAY_S)  # guessing costs time
             return self.error(request, 403, "wrong token")
         sid, _csrf = self.guard.login()
         target = _safe_next(str(form.get("next") or "/"))
