@@ -33,6 +33,7 @@ COMMANDS: tuple[str, ...] = (
     "bench",
     "roles",
     "periodic",
+    "web",
 )
 
 

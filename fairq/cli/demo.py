@@ -226,6 +226,88 @@ def run_demo(dsn: str, shape: Shape = Shape(), out: IO[str] | None = None,
     return results
 
 
+# -- the live workload `fairq web --demo` shows ------------------------------------------------
+CONSOLE_SCHEMA = "fairq_demo"
+LIVE_TASK = "fairq.demo.live"
+NOISY, RATED, FAILING = "tenant-1", "tenant-2", "tenant-3"
+SMALL = ("tenant-3", "tenant-4", "tenant-5", "tenant-6", "tenant-7")
+CONSOLE_HINT = ("See it live in the operator console: fairq web --demo "
+                "(pip install 'fairq[web]'), then open http://127.0.0.1:8080/")
+
+
+class LiveDemo:
+    """The noisy neighbour, kept running for the console in the schema ``fairq_demo``:
+    ``tenant-1`` (weight 10) keeps a backlog and is held at its cap of 2, ``tenant-2`` (weight
+    5) is rate limited to one job every 20 s, five small tenants (``tenant-3`` ...) keep a job
+    or more queued and wait their turn for the one slot left, and one job of ``tenant-3`` failed
+    (it succeeds when retried). A worker of 3 slots under ``weighted`` runs in this
+    process until ``stop()``."""
+
+    def __init__(self, dsn: str, schema: str = CONSOLE_SCHEMA, job_seconds: float = 1.0) -> None:
+        self.app = App(dsn, schema=schema, pool_size=3)
+        self.schema, self.job_seconds = schema, job_seconds
+        self._stop = threading.Event()
+        self._failed_once: set[int] = set()
+        self._threads: list[threading.Thread] = []
+        self.worker: Any = None
+
+    def start(self) -> None:
+        app = self.app
+        app.migrate()
+        app.tenants.set(NOISY, weight=10, max_running=2)
+        app.tenants.set(RATED, weight=5, rate=0.05, burst=1)
+        app.cancel_tenant(NOISY)  # a restart begins from a fresh backlog
+
+        def work(job: Job) -> dict[str, Any]:
+            if isinstance(job.payload, dict) and job.payload.get("fail") \
+                    and job.id not in self._failed_once:
+                self._failed_once.add(job.id)
+                raise RuntimeError("report service answered 503 (demo: retry me, it passes then)")
+            self._stop.wait(self.job_seconds)
+            return {"ok": True}
+
+        app.task(work, name=LIVE_TASK, max_attempts=1)
+        if not app.jobs(tenant=FAILING, status="failed", limit=1):  # one (the key: once)
+            app.enqueue(LIVE_TASK, tenant=FAILING, payload={"report": 42, "fail": True},
+                        key="demo-failing")
+        # No claim-ahead: each slot claims when it frees, so the console shows the turns as
+        # the policy takes them.
+        self.worker = app.worker(concurrency=3, policy="weighted", poll_interval=0.5,
+                                 claim_ahead=0)
+        run = threading.Thread(target=self.worker.run, name="fairq-demo-worker", daemon=True)
+        feed = threading.Thread(target=self._produce, name="fairq-demo-producer", daemon=True)
+        self._threads = [run, feed]
+        run.start()
+        feed.start()
+
+    def _produce(self) -> None:
+        """Keep the noisy tenant's backlog near 40 and each small tenant's at 3 or 4 (never
+        empty: each keeps its place in the claim order), every second."""
+        app, turn = self.app, 0
+        while not self._stop.is_set():
+            try:
+                depth = app.queue_depth(tenant=NOISY)
+                if depth.queued < 40:
+                    app.enqueue_many(LIVE_TASK, [(NOISY, {"n": i}) for i in range(40)])
+                for small in SMALL:  # more than the one slot left serves: they queue
+                    if app.queue_depth(tenant=small).queued < 3:
+                        app.enqueue_many(LIVE_TASK, [(small, {"turn": turn})] * 2)
+                if app.queue_depth(tenant=RATED).queued < 5:
+                    app.enqueue(LIVE_TASK, tenant=RATED, payload={"turn": turn})
+            except Exception as exc:  # the database went away: say so once a round, go on
+                print(f"fairq demo: producer: {exc}", file=sys.stderr)
+            turn += 1
+            self._stop.wait(1.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.worker is not None:
+            self.worker.stop()
+        for t in self._threads:
+            t.join(30)
+        self.app.close()
+
+
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "demo", parents=[common], help="the noisy neighbour under fifo, then weighted",
@@ -244,4 +326,5 @@ def run(args: argparse.Namespace) -> int:
     dsn = resolve_dsn(getattr(args, "dsn", None))
     check_connection(dsn)
     run_demo(dsn, QUICK if args.quick else Shape())
+    print("\n" + CONSOLE_HINT)
     return EXIT_OK

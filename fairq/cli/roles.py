@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "roles", parents=[common], help="least-privilege GRANTs for worker/producer/monitor roles",
+        "roles", parents=[common], help="least-privilege GRANTs for worker/producer/monitor/console roles",
         description="Print (--print) or apply as the schema's owner (--apply) the GRANT "
         "statements of docs/roles.md. The roles must exist (CREATE ROLE is a superuser's job).")
     mode = p.add_mutually_exclusive_group(required=True)
@@ -22,6 +22,11 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--worker", metavar="ROLE", help="role of the workers (claim/finish only)")
     p.add_argument("--producer", metavar="ROLE", help="role of the producers (enqueue only)")
     p.add_argument("--monitor", metavar="ROLE", help="read-only role for stats and the exporter")
+    p.add_argument("--console", metavar="ROLE",
+                   help="role of the operator console, fairq web (read-only)")
+    p.add_argument("--console-actions", action="store_true",
+                   help="also let the console role retry, cancel and set tenants "
+                        "(fairq web --allow-actions)")
     p.add_argument("--worker-prune", action="store_true",
                    help="also let the worker role delete finished jobs (its pruner)")
     p.set_defaults(handler=run)
@@ -34,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
 
     schema = resolve_schema(getattr(args, "schema", None))
     statements = roles.grant_statements(schema, worker=args.worker, producer=args.producer,
-                                        monitor=args.monitor, worker_prune=args.worker_prune)
+                                        monitor=args.monitor, worker_prune=args.worker_prune,
+                                        console=args.console,
+                                        console_actions=args.console_actions)
     if args.print_sql:
         print("\n\n".join(statements))
         return EXIT_OK

@@ -62,3 +62,26 @@ GRANT EXECUTE ON FUNCTION
 -- sampled EXPLAIN ANALYZE probe runs the claim, which needs the worker's UPDATE grants).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
+
+-- name: roles_grant_console
+-- The operator console (`fairq web`) read-only: every table read, nothing written. Table-wide
+-- write grants are revoked first, so re-applying without --console-actions takes back what
+-- roles_grant_console_actions gave.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA {schema} FROM {role};
+GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
+
+-- name: roles_grant_console_actions
+-- `fairq web --allow-actions`: what the operator CLI's retry, cancel and `tenants set` write,
+-- column by column: a job's state (never its task, payload, tenant, queue or limits, never a
+-- DELETE), a tenant's configuration and the schedule row columns that copy it, and the schedule
+-- rows a retry creates or wakes. Not the tenant defaults, groups, workers or the maintenance.
+GRANT UPDATE (status, attempts, run_at, started_at, finished_at, locked_until, locked_by)
+    ON {schema}.jobs TO {role};
+GRANT INSERT (tenant, weight, max_running, rate, burst, tenant_group, updated_at),
+      UPDATE (weight, max_running, rate, burst, tenant_group, updated_at)
+    ON {schema}.tenants TO {role};
+GRANT INSERT (queue, tenant, weight, max_running, vtime, active),
+      UPDATE (weight, max_running, rate, burst, tenant_group, tokens, refilled_at,
+              throttled_seconds, throttled_since, wake_at, active, vtime)
+    ON {schema}.tenant_schedule TO {role};

@@ -52,6 +52,7 @@ def test_demo_prints_the_table_and_leaves_nothing(bare_dsn: str, via: str) -> No
     assert fifo_p95 > fair_p95, out
     assert fifo_drain > 0 and fair_drain > 0
     assert "Under FIFO the 10 small tenants queued behind tenant-1" in out
+    assert "fairq web --demo" in out  # the one command that opens the console on a live demo
     # Not a TTY: plain progress lines, no cursor movement.
     assert "\x1b[" not in out
     assert re.search(r"^  fifo .*tenant-1 \d+/200", out, re.MULTILINE), out

@@ -1,0 +1,360 @@
+"""The console's Starlette application: every page as HTML (Jinja2, autoescaped) and as JSON
+under /api/, the actions behind ``Guard`` (read-only unless allowed; a session from the token's
+login and a CSRF token on every POST), a Host allowlist and the security headers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from fairq import __version__
+from fairq.errors import InvalidInput
+from fairq.store import errors
+from fairq.store.console import SORTS
+from fairq.web import charts, data
+from fairq.web import security as sec
+
+if TYPE_CHECKING:
+    from fairq.app import App
+
+# Notices after an action (POST, redirect, GET): fixed texts picked by key, never echoed input.
+NOTICES = {
+    "retried": "Job queued again.", "retried_all": "The tenant's failed jobs were queued again.",
+    "cancelled": "Job cancelled.", "cancelled_all": "The tenant's queued jobs were cancelled.",
+    "saved": "Settings saved: effective from the next claim.", "login": "Logged in.",
+    "logout": "Logged out.",
+}
+REFRESH_S = 5
+WRONG_TOKEN_DELAY_S = 0.5
+
+
+def _fmt_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = max(0.0, float(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.1f}{unit}"
+    return f"{s:.1f}s"
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def _fmt_time(at: datetime | None) -> str:
+    return "-" if at is None else at.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("fairq.web", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True))
+    env.filters.update(age=_fmt_age, pct=_fmt_pct, when=_fmt_time, urlpart=lambda s: quote(
+        str(s), safe=""), pretty=lambda x: json.dumps(data.jsonable(x), indent=2,
+                                                      ensure_ascii=False))
+    return env
+
+
+class Console:
+    """The handlers, bound to one ``App`` (its pool) and one ``Guard``."""
+
+    def __init__(self, app: App, guard: sec.Guard) -> None:
+        self.app, self.guard = app, guard
+        self.env = _env()
+
+    # -- rendering ---------------------------------------------------------------------------
+    def page(self, request: Request, template: str, status: int = 200,
+             **context: Any) -> HTMLResponse:
+        sid = request.cookies.get(sec.SESSION_COOKIE)
+        notice = NOTICES.get(request.query_params.get("notice", ""))
+        html = self.env.get_template(template).render(
+            request=request, csrf=self.guard.csrf_for(sid), actions=self.guard.allow_actions,
+            notice=notice, version=__version__, refresh=REFRESH_S, path=request.url.path,
+            **context)
+        return HTMLResponse(html, status_code=status)
+
+    @staticmethod
+    def json(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse(data.jsonable(value), status_code=status, headers=headers)
+
+    def error(self, request: Request, status: int, message: str) -> Response:
+        if request.url.path.startswith("/api/"):
+            return self.json({"error": message}, status)
+        return self.page(request, "error.html", status, message=message, code=status)
+
+    # -- pages -------------------------------------------------------------------------------
+    def overview(self, request: Request) -> Response:
+        o = data.overview(self.app)
+        if request.url.path.startswith("/api/"):
+            return self.json(o)
+        return self.page(request, "overview.html", o=o, auto=True)
+
+    def tenants(self, request: Request) -> Response:
+        q = data.TenantQuery.parse(request.query_params)
+        t = data.tenants(self.app, q)
+        if request.url.path.startswith("/api/"):
+            return self.json(t["tenants"], headers={
+                "x-total-count": str(t["total"]), "x-page": str(t["page"]),
+                "x-pages": str(t["pages"])})
+        return self.page(request, "tenants.html", t=t, q=q, sorts=SORTS,
+                         auto=True)
+
+    def tenant(self, request: Request) -> Response:
+        t = data.tenant(self.app, _name(request))
+        if request.url.path.startswith("/api/"):
+            return self.json(t)
+        chart = charts.wait_and_share([h["at"].strftime("%H:%M:%S") for h in t["history"]],
+                                      [h["wait_seconds"] for h in t["history"]],
+                                      [h["share"] for h in t["history"]])
+        return self.page(request, "tenant.html", t=t, chart=chart, auto=True)
+
+    def jobs(self, request: Request) -> Response:
+        f = data.job_filters(request.query_params)
+        j = data.jobs(self.app, f)
+        if request.url.path.startswith("/api/"):
+            return self.json(j["jobs"])
+        return self.page(request, "jobs.html", j=j, f=f, statuses=data.STATUSES, auto=True)
+
+    def job(self, request: Request) -> Response:
+        jid = data.job_id(request.path_params["id"])
+        found = self.app.job(jid)
+        if found is None:
+            return self.error(request, 404, f"no job {jid}")
+        if request.url.path.startswith("/api/"):
+            return self.json(found)
+        return self.page(request, "job.html", job=found)
+
+    # -- login -------------------------------------------------------------------------------
+    def login_form(self, request: Request) -> Response:
+        if self.guard.token is None:
+            return self.error(request, 404, "no token is set: the console is read-only")
+        nonce = secrets.token_urlsafe(32)
+        resp = self.page(request, "login.html", login_csrf=nonce,
+                         next=_safe_next(request.query_params.get("next")))
+        resp.set_cookie(sec.LOGIN_COOKIE, nonce, httponly=True, samesite="strict", path="/login",
+                        secure=request.url.scheme == "https")
+        return resp
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        token, csrf = form.get("token"), form.get(sec.CSRF_FIELD)
+        if not sec.same(str(csrf or ""), request.cookies.get(sec.LOGIN_COOKIE)):
+            return self.error(request, 403, "the login form expired: load it again")
+        if not self.guard.token_ok(str(token or "")):
+            await asyncio.sleep(WRONG_TOKEN_DELAY_S)  # guessing costs time
+            return self.error(request, 403, "wrong token")
+        sid, _csrf = self.guard.login()
+        target = _safe_next(str(form.get("next") or "/"))
+        resp = RedirectResponse(_with_notice(target, "login"), status_code=303)
+        resp.set_cookie(sec.SESSION_COOKIE, sid, httponly=True, samesite="strict", path="/",
+                        secure=request.url.scheme == "https")
+        resp.delete_cookie(sec.LOGIN_COOKIE, path="/login")
+        return resp
+
+    async def logout(self, request: Request) -> Response:
+        form = await request.form()
+        sid = request.cookies.get(sec.SESSION_COOKIE)
+        if self.guard.csrf_for(sid) is not None and sec.same(
+                str(form.get(sec.CSRF_FIELD) or ""), self.guard.csrf_for(sid)):
+            self.guard.logout(sid)
+        resp = RedirectResponse("/?notice=logout", status_code=303)
+        resp.delete_cookie(sec.SESSION_COOKIE, path="/")
+        return resp
+
+    # -- actions -----------------------------------------------------------------------------
+    async def _authorized(self, request: Request) -> tuple[dict[str, Any], str | None]:
+        """The POST's fields, and why it is refused (None: it may act)."""
+        api = request.url.path.startswith("/api/")
+        fields: dict[str, Any] = {}
+        if api:
+            body = await request.body()
+            if body:
+                try:
+                    parsed = json.loads(body)
+                except ValueError:
+                    return {}, "the body is not JSON"
+                if not isinstance(parsed, dict):
+                    return {}, "the body must be a JSON object"
+                fields = parsed
+        else:
+            fields = {k: str(x) for k, x in (await request.form()).items()}
+        if not self.guard.allow_actions:
+            return fields, "the console is read-only: start it with --allow-actions"
+        auth = request.headers.get("authorization", "")
+        if api and auth.lower().startswith("bearer "):
+            return fields, None if self.guard.token_ok(auth[7:].strip()) else "wrong token"
+        sid = request.cookies.get(sec.SESSION_COOKIE)
+        if self.guard.csrf_for(sid) is None:
+            return fields, "log in first (the token of FAIRQ_WEB_TOKEN)"
+        csrf = request.headers.get(sec.CSRF_HEADER) if api else fields.get(sec.CSRF_FIELD)
+        if not self.guard.may_act(sid, csrf):
+            return fields, "missing or wrong CSRF token: reload the page"
+        return fields, None
+
+    def _action(self, work: Callable[[Request, dict[str, Any]], Any], notice: str,
+                back: Callable[[Request], str]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            fields, refused = await self._authorized(request)
+            if refused is not None:
+                return self.error(request, 403, refused)
+            try:
+                result = await run_in_threadpool(work, request, fields)
+            except InvalidInput as exc:
+                return self.error(request, 400, str(exc))
+            if request.url.path.startswith("/api/"):
+                return self.json(result)
+            return RedirectResponse(_with_notice(back(request), notice), status_code=303)
+        return endpoint
+
+    def routes(self) -> list[Route | Mount]:
+        name = "{name:str}"
+        job = "{id:str}"
+
+        def tenant_back(r: Request) -> str:
+            return "/tenants/" + quote(_name(r), safe="")
+
+        def job_back(r: Request) -> str:
+            return "/jobs/" + quote(r.path_params["id"])
+        actions = {
+            f"/tenants/{name}": (lambda r, f: data.set_tenant(
+                self.app, _name(r), f), "saved", tenant_back),
+            f"/tenants/{name}/retry": (lambda r, f: data.retry_tenant(
+                self.app, _name(r)), "retried_all", tenant_back),
+            f"/tenants/{name}/cancel": (lambda r, f: data.cancel_tenant(
+                self.app, _name(r)), "cancelled_all", tenant_back),
+            f"/jobs/{job}/retry": (lambda r, f: data.retry_job(
+                self.app, data.job_id(r.path_params["id"])), "retried", job_back),
+            f"/jobs/{job}/cancel": (lambda r, f: data.cancel_job(
+                self.app, data.job_id(r.path_params["id"])), "cancelled", job_back),
+        }
+        out: list[Route | Mount] = []
+        for prefix in ("", "/api"):
+            out += [
+                Route(prefix + "/" if not prefix else "/api/overview", self.overview),
+                Route(prefix + "/tenants", self.tenants),
+                Route(prefix + f"/tenants/{name}", self.tenant, methods=["GET"]),
+                Route(prefix + "/jobs", self.jobs),
+                Route(prefix + f"/jobs/{job}", self.job, methods=["GET"]),
+            ]
+            for path, (work, notice, back) in actions.items():
+                out.append(Route(prefix + path, self._action(work, notice, back),
+                                 methods=["POST"]))
+        out += [
+            Route("/login", self.login_form, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            Mount("/static", StaticFiles(packages=[("fairq.web", "static")]), name="static"),
+        ]
+        return out
+
+
+_KEPT = re.compile(r"(%2[fF]|%25)")
+
+
+def _keep_slashes(raw: bytes) -> str:
+    """The request path decoded except for ``%2F`` and ``%25``, so that a name holding ``/``
+    stays one path segment; ``_name`` decodes the rest."""
+    parts = _KEPT.split(raw.decode("ascii", "replace"))
+    return "".join(p if _KEPT.fullmatch(p) else unquote(p) for p in parts)
+
+
+def _name(request: Request) -> str:
+    """The tenant name of the URL (any text the CLI accepts, ``/`` and ``%`` included)."""
+    return unquote(request.path_params["name"])
+
+
+class _Segments:
+    """ASGI: route on the path with encoded slashes kept (``_keep_slashes``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if raw:
+            scope = {**scope, "path": _keep_slashes(raw.split(b"?", 1)[0])}
+        await self.app(scope, receive, send)
+
+
+def _safe_next(target: str | None) -> str:
+    """A local path to go back to after the login (never another site)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def _with_notice(target: str, notice: str) -> str:
+    return target + ("&" if "?" in target else "?") + "notice=" + notice
+
+
+class _Login(BaseHTTPMiddleware):
+    """With ``Guard.login_required`` (a non-loopback bind): the login first, for every page."""
+
+    def __init__(self, app: Any, guard: sec.Guard) -> None:
+        super().__init__(app)
+        self.guard = guard
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        path = request.url.path
+        if path in ("/login", "/logout") or path.startswith("/static/") or self.guard.may_read(
+                request.cookies.get(sec.SESSION_COOKIE), request.headers.get("authorization")):
+            return await call_next(request)
+        if path.startswith("/api/"):
+            return JSONResponse({"error": "log in first (the token of FAIRQ_WEB_TOKEN, or "
+                                          "Authorization: Bearer)"}, status_code=401)
+        return RedirectResponse("/login?next=" + quote(path, safe="/"), status_code=303)
+
+
+class _Headers(BaseHTTPMiddleware):
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        response = await call_next(request)
+        for k, x in sec.HEADERS.items():
+            response.headers.setdefault(k, x)
+        return response
+
+
+def create_app(app: App, *, guard: sec.Guard, hosts: list[str]) -> Starlette:
+    """The ASGI application of ``fairq web``."""
+    console = Console(app, guard)
+
+    def invalid(request: Request, exc: Exception) -> Response:
+        return console.error(request, 400, str(exc))
+
+    def failed(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, errors.InsufficientPrivilege):
+            return console.error(request, 403, "the console's database role may not do this: "
+                                 "grant it with fairq roles --console ROLE --console-actions "
+                                 "(docs/roles.md)")
+        if isinstance(exc, errors.QueryCanceled):
+            return console.error(request, 503, "the database took too long; try again")
+        if isinstance(exc, errors.OperationalError):
+            return console.error(request, 503, "the database does not answer")
+        return console.error(request, 500, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+
+    def not_found(request: Request, exc: Exception) -> Response:
+        return console.error(request, 404, "no such page")
+
+    return Starlette(
+        routes=console.routes(),
+        middleware=[Middleware(_Segments), Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
+                    Middleware(_Headers), Middleware(_Login, guard=guard)],
+        exception_handlers={InvalidInput: invalid, errors.DatabaseError: failed, Exception: failed,
+                            404: not_found},
+    )
