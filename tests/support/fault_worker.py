@@ -58,6 +58,7 @@ def main() -> int:
     p.add_argument("--listen-dsn", default=None)
     p.add_argument("--prepare-threshold", default="5")
     p.add_argument("--reap-interval", type=float, default=0.5)
+    p.add_argument("--batch", type=int, default=None)
     a = p.parse_args()
     if a.clock_skew:
         skew_clock(a.clock_skew)
@@ -87,7 +88,8 @@ def main() -> int:
         record(f"{job.id} {job.attempt} done")
 
     worker = app.worker(concurrency=a.concurrency, policy=a.policy, poll_interval=a.poll,
-                        reap_interval=a.reap_interval, grace_period=10.0, max_backoff=2.0)
+                        reap_interval=a.reap_interval, grace_period=10.0, max_backoff=2.0,
+                        batch=a.batch)
 
     def announce() -> None:
         worker.ready.wait()
