@@ -356,6 +356,20 @@ def build_metadata(schema: str = DEFAULT_SCHEMA) -> MetaData:
         Index("slot_returns_tenant_idx", "queue", "tenant"),
         Index("slot_returns_capped_idx", "queue", postgresql_where=text("capped")),
     )
+    # Slots counted ahead for a worker by a claim that waited for a busy tenant's row: its next
+    # claims that find the row held start that many jobs without it (claim.sql, decision 015).
+    Table(
+        "claim_budgets",
+        md,
+        Column("queue", Text, nullable=False),
+        Column("worker", Text, nullable=False),
+        Column("tenant", Text, nullable=False),
+        Column("slots", Integer, nullable=False),
+        Column("at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("queue", "worker", "tenant", name="claim_budgets_pkey"),
+        CheckConstraint("slots >= 0", name="claim_budgets_slots_check"),
+        Index("claim_budgets_tenant_idx", "queue", "tenant"),
+    )
     # Periodic schedules declared in code (App.periodic): the last tick enqueued per (name,
     # tenant). A tick is claimed by a conditional UPDATE in the transaction that enqueues it.
     Table(

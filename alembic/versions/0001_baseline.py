@@ -45,6 +45,8 @@ FUNCTIONS = (
     "run_average(float8, int, float8)",
     "fold_capped(text)",
     "fold_stale_returns(float8)",
+    "return_budgets(float8)",
+    "give_ahead(text, text, tid, text, int, int, bool)",
     "settle_capped(text[], text[])",
     "tenant_running({s}.tenant_schedule)",
     "decay_usage(text, float8)",
@@ -65,7 +67,7 @@ FUNCTIONS = (
     "queue_vtime(text)",
 )
 TABLES = ("workers", "group_schedule", "tenant_groups", "periodic", "slot_returns",
-          "tenant_schedule", "settings", "tenants", "jobs")
+          "claim_budgets", "tenant_schedule", "settings", "tenants", "jobs")
 
 # The jobs table churns: vacuum it after 1% of its rows died instead of PostgreSQL's 20%.
 JOBS_STORAGE = {
@@ -253,6 +255,22 @@ def upgrade() -> None:
     op.create_index("slot_returns_tenant_idx", "slot_returns", ["queue", "tenant"], schema=s)
     op.create_index("slot_returns_capped_idx", "slot_returns", ["queue"], schema=s,
                     postgresql_where=sa.text("capped"))
+
+    # Slots a claim that waited for a busy tenant's row counted ahead for its worker (running
+    # and virtual time charged in the row): the worker's next claims that find the row held
+    # start that many jobs without it (claim.sql, decision 015).
+    op.create_table(
+        "claim_budgets",
+        sa.Column("queue", sa.Text, nullable=False),
+        sa.Column("worker", sa.Text, nullable=False),
+        sa.Column("tenant", sa.Text, nullable=False),
+        sa.Column("slots", sa.Integer, nullable=False),
+        sa.Column("at", ts, nullable=False, server_default=_now()),
+        sa.PrimaryKeyConstraint("queue", "worker", "tenant", name="claim_budgets_pkey"),
+        sa.CheckConstraint("slots >= 0", name="claim_budgets_slots_check"),
+        schema=s,
+    )
+    op.create_index("claim_budgets_tenant_idx", "claim_budgets", ["queue", "tenant"], schema=s)
 
     op.create_table(
         "periodic",

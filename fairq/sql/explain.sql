@@ -14,6 +14,8 @@
 WITH r AS MATERIALIZED (
     SELECT ts.queue, ts.tenant, ts.vtime, ts.active, ts.running - (
                SELECT coalesce(sum(x.n), 0) FROM {schema}.slot_returns x
+               WHERE x.queue = ts.queue AND x.tenant = ts.tenant)::int - (
+               SELECT coalesce(sum(x.slots), 0) FROM {schema}.claim_budgets x
                WHERE x.queue = ts.queue AND x.tenant = ts.tenant)::int AS running,
            ts.max_running, ts.rate,
            coalesce(ts.tenant_group, 'default') AS tenant_group,

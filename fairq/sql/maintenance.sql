@@ -30,11 +30,12 @@ SELECT NOT current_setting('track_counts')::bool OR coalesce((
 -- Maintenance: every claim and finish rewrites a few schedule rows (vtime and running are
 -- indexed, so the updates cannot be HOT). The table is tiny and hot; a minute of autovacuum
 -- naptime lets it bloat to many times its size. SKIP_LOCKED: never wait behind anyone.
-VACUUM (SKIP_LOCKED) {schema}.tenant_schedule, {schema}.slot_returns;
+VACUUM (SKIP_LOCKED) {schema}.tenant_schedule, {schema}.slot_returns, {schema}.claim_budgets;
 
 -- name: fold_stale_returns
 -- Maintenance: slots given back over a second ago to tenants no claim has served since (an
--- idle tenant's last jobs) folded into their rows, without waiting for any (slots.sql).
+-- idle tenant's last jobs) folded into their rows, and slots counted ahead for workers and
+-- unused for a second given back, without waiting for any (slots.sql).
 SELECT {schema}.fold_stale_returns(%(age)s::float8) AS n;
 
 -- name: rebase_vtime

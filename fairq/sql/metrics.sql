@@ -78,8 +78,12 @@ tenants AS MATERIALIZED (
     FROM {schema}.tenant_schedule ts
     LEFT JOIN backlog b ON b.queue = ts.queue AND b.tenant = ts.tenant
     -- slots given back but not yet folded into `running` (slots.sql)
-    LEFT JOIN (SELECT r.queue, r.tenant, sum(r.n) AS n FROM {schema}.slot_returns r
-               GROUP BY r.queue, r.tenant) sr ON sr.queue = ts.queue AND sr.tenant = ts.tenant
+    -- and slots counted ahead for workers, not started yet (claim.sql)
+    LEFT JOIN (SELECT u.queue, u.tenant, sum(u.n) AS n
+               FROM (SELECT r.queue, r.tenant, r.n FROM {schema}.slot_returns r
+                     UNION ALL
+                     SELECT b.queue, b.tenant, b.slots FROM {schema}.claim_budgets b) u
+               GROUP BY u.queue, u.tenant) sr ON sr.queue = ts.queue AND sr.tenant = ts.tenant
     LEFT JOIN {schema}.tenant_groups tg ON tg.tenant_group = coalesce(ts.tenant_group, 'default')
 ),
 group_sums AS (

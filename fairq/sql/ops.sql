@@ -143,7 +143,8 @@ RETURNING j.id;
 -- an enqueue that comes after it waits for this transaction and then creates the row afresh.
 -- The transaction's next statement (tenant_jobs_pending, a fresh snapshot) then sees every job
 -- committed before, and the store rolls back if the tenant has any queued or running.
-WITH returns AS (DELETE FROM {schema}.slot_returns WHERE tenant = %(tenant)s)
+WITH returns AS (DELETE FROM {schema}.slot_returns WHERE tenant = %(tenant)s),
+     ahead AS (DELETE FROM {schema}.claim_budgets WHERE tenant = %(tenant)s)
 DELETE FROM {schema}.tenant_schedule WHERE tenant = %(tenant)s RETURNING queue;
 
 -- name: tenant_jobs_pending

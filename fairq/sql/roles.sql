@@ -16,7 +16,7 @@
 GRANT USAGE ON SCHEMA {schema} TO {role};
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {schema}.jobs, {schema}.tenant_schedule,
     {schema}.settings, {schema}.tenants, {schema}.tenant_groups, {schema}.group_schedule,
-    {schema}.workers, {schema}.slot_returns FROM {role};
+    {schema}.workers, {schema}.slot_returns, {schema}.claim_budgets FROM {role};
 GRANT SELECT ON {schema}.jobs TO {role};
 GRANT UPDATE (status, attempts, run_at, started_at, finished_at, locked_until, locked_by,
               last_error, result, charged_s) ON {schema}.jobs TO {role};
@@ -26,6 +26,8 @@ GRANT UPDATE (running, vtime, active, wake_at, claimed_total, last_served_at, to
     ON {schema}.tenant_schedule TO {role};
 -- Slots given back while a tenant's row was held, and their folding (slots.sql).
 GRANT SELECT, INSERT, DELETE ON {schema}.slot_returns TO {role};
+-- Slots counted ahead for a worker at a busy tenant (claim.sql, decision 015).
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.claim_budgets TO {role};
 GRANT SELECT, INSERT (key, value), UPDATE (value) ON {schema}.settings TO {role};
 GRANT SELECT ON {schema}.alembic_version TO {role};
 -- The periodic schedules' last ticks. Enqueueing their jobs takes the producer's grants too.

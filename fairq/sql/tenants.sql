@@ -90,6 +90,9 @@ known AS (
         FROM {schema}.tenant_schedule ts
         UNION ALL  -- slots given back but not yet folded into `running` (slots.sql)
         SELECT r.tenant, false, -r.n, NULL, NULL, NULL, NULL, NULL FROM {schema}.slot_returns r
+        UNION ALL  -- slots counted ahead for workers, not started yet (claim.sql)
+        SELECT b.tenant, false, -b.slots, NULL, NULL, NULL, NULL, NULL
+        FROM {schema}.claim_budgets b
         UNION ALL
         SELECT t.tenant, true, 0, t.weight, t.max_running, t.rate, t.burst, t.tenant_group
         FROM {schema}.tenants t

@@ -103,7 +103,8 @@ def make_machine(store: Store, pair: tuple[Store, Store],
                                     min_size=len(TENANTS), max_size=len(TENANTS)))
         def reset(self, limits: list[tuple[float | None, int]], groups: list[str | None]) -> None:
             """A fresh queue whose tenants start with a random rate limit and group."""
-            rows("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.slot_returns, fairq.tenants, "
+            rows("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.slot_returns, "
+                 "fairq.claim_budgets, fairq.tenants, "
                  "fairq.tenant_groups, "
                  "fairq.group_schedule RESTART IDENTITY")
             store.set_tenants([], defaults=(1.0, 10))

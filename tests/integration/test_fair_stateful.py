@@ -38,7 +38,8 @@ def make_machine(store: Store, dsn: str, policy_name: str) -> type[RuleBasedStat
         @initialize()
         def reset(self) -> None:
             with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.slot_returns, fairq.tenants "
+                conn.execute("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.slot_returns, "
+                             "fairq.claim_budgets, fairq.tenants "
                              "RESTART IDENTITY")
             store.set_tenants([], defaults=(1.0, 10))
             self.model = QueueModel(default_weight=1.0, default_max_running=10)

@@ -42,7 +42,8 @@ def make_machine(dsn: str) -> type[RuleBasedStateMachine]:
             self.app = fairq.App(dsn, schema="fairq")  # no tasks: any task name is accepted
             self.store = self.app.store
             self.conn = psycopg.connect(dsn, autocommit=True)
-            self.conn.execute("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.slot_returns, fairq.tenants")
+            self.conn.execute("TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.slot_returns, "
+                              "fairq.claim_budgets, fairq.tenants")
             self.model: dict[int, M] = {}
 
         def teardown(self) -> None:

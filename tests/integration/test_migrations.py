@@ -23,7 +23,8 @@ from fairq.config import sqlalchemy_url
 from fairq.schema import JOBS_STORAGE, build_metadata
 
 TABLES = {"alembic_version", "jobs", "periodic", "settings", "tenant_schedule", "tenants",
-          "tenant_groups", "group_schedule", "workers", "slot_returns"}
+          "tenant_groups", "group_schedule", "workers", "slot_returns",
+          "claim_budgets"}
 BAD_SCHEMAS = ['a"b', "Robert'); DROP TABLE jobs; --", "UPPER", "1abc", "x" * 64, "a b", "é"]
 
 
@@ -86,7 +87,7 @@ FUNCTIONS = {"claim_fair", "claim_room", "claim_settle", "claim_terms", "decay_u
              "refresh_groups", "return_slots", "tenant_dry", "tenant_tokens", "throttled_open",
              "throttled_total", "token_at", "token_due", "wait_and_pick", "returns_lock",
              "fold_returns", "run_average", "fold_capped", "fold_stale_returns", "settle_capped",
-             "tenant_running"}
+             "tenant_running", "give_ahead", "return_budgets"}
 
 
 def test_baseline_up_down_up(empty_dsn: str) -> None:

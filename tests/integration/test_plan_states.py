@@ -214,7 +214,8 @@ def states(admin_dsn: str, template_db: str) -> Iterator[States]:
 # words".
 ENGINE_FUNCTIONS = ("queue_vtime", "wait_and_pick", "claim_settle", "eff_weight", "claim_terms",
                     "groups_due", "claim_fair", "return_slots", "decay_usage", "fold_returns",
-                    "fold_capped", "fold_stale_returns", "settle_capped", "tenant_running")
+                    "fold_capped", "fold_stale_returns", "settle_capped", "tenant_running",
+                    "give_ahead", "return_budgets")
 FUNCTIONS_SQL = (f"SELECT {SCHEMA}.fold_stale_returns(-1.0) AS swept, "  # first: a claim folds
                  f"{SCHEMA}.queue_vtime(%(capped)s) AS v, "
                  f"(SELECT count(*) FROM {SCHEMA}.wait_and_pick(%(queue)s, 3, true, true, false)) AS picked, "
@@ -242,8 +243,22 @@ FUNCTIONS_SQL = (f"SELECT {SCHEMA}.fold_stale_returns(-1.0) AS swept, "  # first
                  f"WHERE ts.queue = %(queue)s AND ts.tenant = '{WHALE}') AS running_now")
 RETURNS_SETUP = (f"INSERT INTO {SCHEMA}.slot_returns (queue, tenant, n, capped) "
                  f"VALUES ('{QUEUE}', '{WHALE}', 1, true), ('{QUEUE}', '{WHALE}', 1, false)",
-                 f"UPDATE {SCHEMA}.tenant_schedule SET running = running + 2 "
+                 # and a slot counted ahead for a worker, which the sweep gives back
+                 f"INSERT INTO {SCHEMA}.claim_budgets (queue, worker, tenant, slots) "
+                 f"VALUES ('{QUEUE}', 'gone', '{WHALE}', 1)",
+                 f"UPDATE {SCHEMA}.tenant_schedule SET running = running + 3 "
                  f"WHERE queue = '{QUEUE}' AND tenant = '{WHALE}'")
+# Slots counted ahead for the cases' worker ("plan-states") at the whale (claim.sql, step 5a).
+AHEAD_SETUP = (f"INSERT INTO {SCHEMA}.claim_budgets (queue, worker, tenant, slots) "
+               f"VALUES ('{QUEUE}', 'plan-states', '{WHALE}', {BATCH})",)
+# The whale alone runnable in its queue, its row held by another session (Case.hold_row): the
+# walk takes nothing, and the worker starts jobs from its slots ahead.
+ALONE_SETUP = (f"UPDATE {SCHEMA}.tenant_schedule SET active = false, wake_at = NULL "
+               f"WHERE queue = '{QUEUE}' AND tenant <> '{WHALE}'",)
+# A claim that serves the whale, alone runnable, for which the worker holds slots ahead: it
+# counts more (give_ahead), within a cap with room for them.
+TOPUP_SETUP = (f"UPDATE {SCHEMA}.tenant_schedule SET max_running = 1000 "
+               f"WHERE queue = '{QUEUE}' AND tenant = '{WHALE}'",)
 # A finish whose tenant's row another transaction holds: its slot goes to slot_returns.
 RETURNS_SQL = (f"SELECT {SCHEMA}.return_slots(ARRAY[%(queue)s], ARRAY['{WHALE}'], ARRAY[1], "
                "NULL, NULL, ARRAY[0.5::float8], ARRAY[1], ARRAY[0.01::float8]) AS given, "
@@ -384,6 +399,12 @@ def node_problems(label: str, node: Mapping[str, Any], part: str = "", text: str
     its conditions are the Recheck Cond); its Bitmap Index Scan is only counted."""
     rel = _relation(node)
     kind = str(node["Node Type"])
+    if (rel == "claim_budgets" and label.startswith(("claim_fair", "give_ahead"))
+            and kind != "ModifyTable"
+            and not (kind in ("Index Scan", "Index Only Scan")
+                     and re.search(r"\b(worker|tenant) = ", str(node.get("Index Cond", ""))))):
+        # a claim reads its worker's slots ahead by key: (queue, worker) or (queue, tenant)
+        return [("budgets-index", f"claim_budgets read by {kind}, not by its key")]
     if rel not in TABLES or kind == "ModifyTable":
         return []
     out: list[tuple[str, str]] = []
@@ -484,6 +505,15 @@ CASES = (
          functions=("wait_and_pick", "claim_settle"),
          reads=(("claim_fair", "tenant_schedule_runnable_idx"),
                 ("wait_and_pick", "jobs_tenant_ready_idx"))),
+    # Slots counted ahead (decision 015): a worker whose walk found its tenant's row held starts
+    # jobs from them; a claim that serves that tenant counts more.
+    Case("claim_fair/ahead", "claim_fair", hold_row=WHALE, served=(WHALE,),
+         setup=ALONE_SETUP + AHEAD_SETUP, functions=("claim_fair",),
+         reads=(("claim_fair", "jobs_tenant_ready_idx"),)),
+    Case("claim_fair/topup", "claim_fair", served=(WHALE,),
+         setup=ALONE_SETUP + TOPUP_SETUP + AHEAD_SETUP,
+         functions=("claim_fair", "claim_settle", "give_ahead"),
+         reads=(*_FAIR_READS, ("give_ahead", "tenant_schedule_runnable_idx"))),
     Case("claim_fifo", "claim_fifo", policy="fifo",
          reads=(("claim_fifo", "jobs_fifo_ready_idx"), ("claim_fifo", "tenant_schedule_pkey"))),
     # Finishes of the jobs a fair claim took just before (the sleepers' among them, whose tenants
@@ -503,7 +533,7 @@ CASES = (
          functions=("return_slots",)),
     Case("functions", "functions", returned=1, setup=RETURNS_SETUP,
          functions=("queue_vtime", "wait_and_pick", "fold_capped", "fold_returns",
-                    "settle_capped", "fold_stale_returns", "tenant_running"),
+                    "settle_capped", "fold_stale_returns", "tenant_running", "return_budgets"),
          reads=(("wait_and_pick", "jobs_tenant_ready_idx"),
                 ("queue_vtime", "tenant_schedule_capped_idx"))),
 )
@@ -798,6 +828,8 @@ def _node(kind: str, **fields: Any) -> dict[str, Any]:
 JOBS, SCHED = {"Relation Name": "jobs"}, {"Relation Name": "tenant_schedule"}
 TRIPS = [  # (rule, statement label, CTE, node)
     ("seq-scan", "finish_done", "", _node("Seq Scan", **JOBS)),
+    ("budgets-index", "claim_fair: SELECT b.tenant", "",
+     _node("Seq Scan", **{"Relation Name": "claim_budgets"})),
     ("seq-scan", "claim_settle: SELECT array_agg(x.ctid)", "", _node("Seq Scan", **SCHED)),
     ("tenant-jobs-index", "claim_fair", "taken", _node(
         "Index Scan", **JOBS, **{"Index Name": "jobs_fifo_ready_idx", "Index Cond": "(queue = $1)",

@@ -44,7 +44,8 @@ def worker_time_share(app: fairq.App, dsn: str, policy: str) -> tuple[float, dic
     """Run one worker process under ``policy`` for RUN_SECONDS over a fresh backlog; the long
     tenant's share of the worker time in the window, and the jobs each tenant still had queued
     when the worker stopped."""
-    sql_rows(dsn, "TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.slot_returns RESTART IDENTITY")
+    sql_rows(dsn, "TRUNCATE fairq.jobs, fairq.tenant_schedule, fairq.slot_returns, "
+                  "fairq.claim_budgets RESTART IDENTITY")
     # Enough for both tenants to stay backlogged under either policy: at most 4 slots / 40 ms
     # and 4 slots / 4 ms jobs a second.
     pairs = [("long", {"seconds": LONG})] * 600 + [("short", {"seconds": SHORT})] * 6000

@@ -66,6 +66,7 @@ def main() -> int:
     p.add_argument("--queues", default=None, help="comma-separated; default: the tasks' queue")
     p.add_argument("--pooler", action="store_true")
     p.add_argument("--log-level", default="WARNING")
+    p.add_argument("--batch", type=int, default=None)
     a = p.parse_args()
     if a.clock_skew:
         skew_clock(a.clock_skew)
@@ -101,7 +102,7 @@ def main() -> int:
 
     worker = app.worker(concurrency=a.concurrency, policy=a.policy, poll_interval=a.poll,
                         reap_interval=a.reap_interval, grace_period=10.0, max_backoff=2.0,
-                        queues=a.queues.split(",") if a.queues else None)
+                        queues=a.queues.split(",") if a.queues else None, batch=a.batch)
 
     def announce() -> None:
         worker.ready.wait()

@@ -201,6 +201,7 @@ DECLARE
     s_empty text[] := '{}';
     took int := 0;
     retired int;
+    waited bool := false;
 BEGIN
     IF NOT waiting THEN
         -- 0. Capped tenants that slots came back to while their rows were held (slots.sql):
@@ -337,6 +338,43 @@ BEGIN
         END IF;
     END IF;
 
+    IF took = 0 AND NOT waiting AND NOT by_cost AND NOT by_time AND wk IS NOT NULL THEN
+        -- 5a. Slots counted ahead (decision 015): a claim of this worker that waited for a busy
+        -- tenant's row counted slots for the worker in that row (give_ahead, below), their
+        -- running count and virtual time already charged. The walk found every row it could
+        -- serve held, so the worker starts jobs of such a tenant without its row: one in the
+        -- walk's reach (or none runnable), active, without a rate limit and not over its cap
+        -- (a lowered cap stops them at once). Nothing here waits for a tenant row.
+        SELECT b.tenant, b.slots INTO t_tenant, t_room
+        FROM {schema}.claim_budgets b
+        WHERE b.queue = q AND b.worker = wk AND b.slots > 0
+          AND (SELECT ts.active AND ts.rate IS NULL AND ts.running <= ts.max_running
+                      AND (hi IS NULL OR ts.vtime <= hi)
+               FROM {schema}.tenant_schedule ts
+               WHERE ts.queue = q AND ts.tenant = b.tenant)
+        ORDER BY b.tenant LIMIT 1;
+        IF FOUND THEN
+            ids := ARRAY(SELECT pj.id FROM {schema}.jobs pj
+                         WHERE pj.queue = q AND pj.tenant = t_tenant
+                           AND pj.status = 'queued' AND pj.run_at <= now()
+                         ORDER BY pj.priority DESC, pj.run_at, pj.id
+                         LIMIT least(t_room, lim)
+                         FOR UPDATE OF pj SKIP LOCKED);
+            IF cardinality(ids) > 0 THEN
+                -- The worker's own row: it waits at most for the sweep's short hold, and takes
+                -- no more than is left (the sweep may have given the slots back meanwhile).
+                UPDATE {schema}.claim_budgets b
+                SET slots = b.slots - cardinality(ids), at = now()
+                WHERE b.queue = q AND b.worker = wk AND b.tenant = t_tenant
+                  AND b.slots >= cardinality(ids);
+                IF FOUND THEN
+                    took := cardinality(ids);
+                    all_ids := ids;
+                END IF;
+            END IF;
+        END IF;
+    END IF;
+
     IF took = 0 AND (waiting OR pg_current_xact_id_if_assigned() IS NULL) THEN
         -- 5. The wait: nothing was taken and this transaction holds no lock (every row the walk
         -- could have locked was held), or this is the store's second statement. wait_and_pick
@@ -347,6 +385,7 @@ BEGIN
         INTO ids, t_row, t_tenant, n, units, more, all_charges
         FROM {schema}.wait_and_pick(q, lim, by_weight, by_cost, by_time) h;
         IF ids IS NOT NULL THEN
+            waited := true;
             took := cardinality(ids);
             all_ids := ids;
             s_rows := ARRAY[t_row];
@@ -373,6 +412,20 @@ BEGIN
                   cj.locked_until;
     END IF;
 
+    IF took > 0 AND cardinality(s_tenants) = 1 AND NOT by_cost AND NOT by_time
+       AND wk IS NOT NULL AND s_tenants[1] <> ALL (s_empty)
+       AND (waited OR EXISTS (SELECT FROM {schema}.claim_budgets b
+                              WHERE b.queue = q AND b.worker = wk AND b.tenant = s_tenants[1]))
+    THEN
+        -- A claim that served one tenant, after waiting for its row or for a tenant this
+        -- worker holds slots ahead for: slots ahead for the worker (give_ahead), counted and
+        -- charged by claim_settle's one write of the row, as if this claim took them.
+        SELECT g.k, g.inc INTO n, c
+        FROM {schema}.give_ahead(q, wk, s_rows[1], s_tenants[1], s_n[1], lim, by_weight) g;
+        s_n[1] := s_n[1] + n;
+        s_inc[1] := s_inc[1] + c;
+    END IF;
+
     -- 6 and 7. The tenants' counts and virtual times, the sleepers woken, and every tenant served
     -- or walked past that has no due job left taken out of the runnable set (claim_settle,
     -- below).
@@ -387,5 +440,63 @@ BEGIN
         -- it again with `waiting`, holding nothing.
         RETURN NEXT;  -- every column NULL
     END IF;
+END
+$$;
+
+-- Slots counted ahead (decision 015). A claim that served one tenant, after waiting for its row
+-- (wait_and_pick: another claim held it) or for a tenant its worker already holds slots ahead
+-- for, gives its worker `k` slots more, which claim_fair adds to the jobs it took: claim_settle's
+-- one write of the row (which the claim holds, at ctid `row_`) counts them as running, so every
+-- other claim sees them as running and a cap can only be met, never passed, and charges their
+-- virtual time (`inc`: 1 over the effective weight each, under weighted), so the tenant pays for
+-- them before they run. The worker's next claims that find the row held start up to that many
+-- jobs without it (claim_fair, step 5a). The worker is topped up to 8 batches of virtual time
+-- (`8 x lim x weight` slots). Only for a tenant alone runnable in its queue (with others, the
+-- walk serves them while its row is held, and virtual time charged ahead would shift shares),
+-- while it keeps as much room again after them (beyond the `n` jobs just taken), has no rate
+-- limit (a token is spent per job, under the row's lock) and is active; policies drr and time
+-- charge each job its own cost, so they count nothing ahead. Slots left unused go back with the
+-- sweep (return_budgets), their virtual time kept: paid early, never late.
+CREATE FUNCTION {schema}.give_ahead(q text, wk text, row_ tid, t text, n int, lim int,
+                                    by_weight bool, OUT k int, OUT inc float8)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    held int;
+    w float8;
+    room int;
+BEGIN
+    k := 0;
+    inc := 0.0;
+    -- The row this claim holds, as it is (a Tid Scan).
+    SELECT CASE WHEN by_weight THEN {schema}.eff_weight(ts) ELSE 1.0 END,
+           ts.max_running - ts.running - n
+    INTO w, room FROM {schema}.tenant_schedule ts
+    WHERE ts.ctid = row_ AND ts.active AND ts.rate IS NULL;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- Alone: no other tenant of the queue is runnable (the first one of the runnable index
+    -- that is not this one), so the virtual time charged ahead shifts nobody's share; one that
+    -- comes later finds this tenant charged ahead, never behind.
+    IF (SELECT o.tenant FROM {schema}.tenant_schedule o
+        WHERE o.queue = q AND o.active AND o.running < o.max_running AND o.tenant <> t
+        ORDER BY o.vtime, o.tenant LIMIT 1) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    -- The worker's own row, locked: only its claims write it, and the sweep, which locks it
+    -- after the tenant's row (held here), so this waits for nobody.
+    SELECT b.slots INTO held FROM {schema}.claim_budgets b
+    WHERE b.queue = q AND b.worker = wk AND b.tenant = t
+    FOR UPDATE OF b;
+    k := ceil(8 * lim * w)::int - coalesce(held, 0);
+    IF k <= 0 OR room < 2 * k THEN
+        k := 0;
+        RETURN;
+    END IF;
+    inc := k / w;
+    INSERT INTO {schema}.claim_budgets AS b (queue, worker, tenant, slots, at)
+    VALUES (q, wk, t, k, now())
+    ON CONFLICT (queue, worker, tenant)
+    DO UPDATE SET slots = b.slots + excluded.slots, at = now();
 END
 $$;

@@ -104,6 +104,8 @@ $$;
 -- The maintenance's sweep: slots given back more than `age` seconds ago, whose tenant no claim
 -- has served since (an idle tenant's last jobs), folded into the rows it can lock at once;
 -- returns of tenants whose rows are gone are deleted.
+-- Slots counted ahead for a worker (claim.sql, give_ahead) and not started within `age` seconds
+-- of the last use are given back with it.
 CREATE FUNCTION {schema}.fold_stale_returns(age float8) RETURNS int
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -111,13 +113,15 @@ DECLARE
     st text[];
     qs text[];
     ts_ text[];
+    given int;
 BEGIN
+    given := {schema}.return_budgets(age);
     SELECT coalesce(array_agg(t.queue), '{}'), coalesce(array_agg(t.tenant), '{}') INTO sq, st
     FROM (SELECT DISTINCT r.queue, r.tenant FROM {schema}.slot_returns r
           WHERE r.at < now() - make_interval(secs => age)
           ORDER BY r.queue, r.tenant LIMIT 10000) t;
     IF cardinality(sq) = 0 THEN
-        RETURN 0;
+        RETURN given;
     END IF;
     SELECT coalesce(array_agg(y.queue), '{}'), coalesce(array_agg(y.tenant), '{}') INTO qs, ts_
     FROM unnest(sq, st) AS x(q, t)
@@ -132,9 +136,59 @@ BEGIN
       AND (SELECT ts.tenant FROM {schema}.tenant_schedule ts
            WHERE ts.queue = x.q AND ts.tenant = x.t) IS NULL;
     IF cardinality(ts_) = 0 THEN
+        RETURN given;
+    END IF;
+    RETURN given + {schema}.fold_returns(qs, ts_);
+END
+$$;
+
+-- Slots counted ahead for workers (claim.sql, give_ahead) unused for `age` seconds (a tenant no
+-- longer busy, a worker stopped or dead): given back to the rows the sweep can lock at once,
+-- out of running and claimed_total (the claim that counted them counted them claimed too);
+-- their virtual time is kept (paid early). The tenant row is locked before the worker's row,
+-- as a claim that counts slots does; the delete may wait a moment for its worker's claim
+-- starting jobs from it, which waits for nothing. Budgets whose tenant's row is gone are
+-- deleted. Returns how many rows it wrote.
+CREATE FUNCTION {schema}.return_budgets(age float8) RETURNS int
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    qs text[];
+    ts_ text[];
+    written int;
+BEGIN
+    SELECT coalesce(array_agg(y.queue), '{}'), coalesce(array_agg(y.tenant), '{}') INTO qs, ts_
+    FROM (SELECT DISTINCT b.queue, b.tenant FROM {schema}.claim_budgets b
+          WHERE b.at < now() - make_interval(secs => age)
+          ORDER BY b.queue, b.tenant LIMIT 10000) x
+    CROSS JOIN LATERAL (
+        SELECT ts.queue, ts.tenant FROM {schema}.tenant_schedule ts
+        WHERE ts.queue = x.queue AND ts.tenant = x.tenant
+        FOR NO KEY UPDATE OF ts SKIP LOCKED) y;
+    DELETE FROM {schema}.claim_budgets b
+    WHERE b.at < now() - make_interval(secs => age)
+      AND (SELECT ts.tenant FROM {schema}.tenant_schedule ts
+           WHERE ts.queue = b.queue AND ts.tenant = b.tenant) IS NULL;
+    IF cardinality(qs) = 0 THEN
         RETURN 0;
     END IF;
-    RETURN {schema}.fold_returns(qs, ts_);
+    WITH d AS (
+        DELETE FROM {schema}.claim_budgets b
+        USING unnest(qs, ts_) AS x(q, t)
+        WHERE b.queue = x.q AND b.tenant = x.t AND b.at < now() - make_interval(secs => age)
+        RETURNING b.queue, b.tenant, b.slots
+    ), s AS (
+        SELECT y.ctid AS row_, sum(d.slots)::int AS slots
+        FROM d CROSS JOIN LATERAL (
+            SELECT ts.ctid FROM {schema}.tenant_schedule ts
+            WHERE ts.queue = d.queue AND ts.tenant = d.tenant) y
+        GROUP BY y.ctid
+    )
+    UPDATE {schema}.tenant_schedule ts
+    SET running = ts.running - s.slots, claimed_total = ts.claimed_total - s.slots
+    FROM s
+    WHERE ts.ctid = s.row_;
+    GET DIAGNOSTICS written = ROW_COUNT;
+    RETURN written;
 END
 $$;
 
@@ -269,10 +323,15 @@ END
 $$;
 
 -- A tenant's running jobs in a queue: its row's count less the slots given back to it and not
--- yet folded in. For readers (tests, operators' queries); the claims read the row's count.
+-- yet folded in, and less the slots counted ahead for workers (claim.sql) not started yet. For
+-- readers (tests, operators' queries); the claims read the row's count.
 CREATE FUNCTION {schema}.tenant_running(ts {schema}.tenant_schedule) RETURNS int
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
 AS $$ SELECT ts.running OPERATOR(pg_catalog.-) coalesce((
           SELECT sum(r.n) FROM {schema}.slot_returns r
           WHERE r.queue OPERATOR(pg_catalog.=) ts.queue
-            AND r.tenant OPERATOR(pg_catalog.=) ts.tenant), 0)::int $$;
+            AND r.tenant OPERATOR(pg_catalog.=) ts.tenant), 0)::int
+          OPERATOR(pg_catalog.-) coalesce((
+          SELECT sum(b.slots) FROM {schema}.claim_budgets b
+          WHERE b.queue OPERATOR(pg_catalog.=) ts.queue
+            AND b.tenant OPERATOR(pg_catalog.=) ts.tenant), 0)::int $$;
