@@ -47,10 +47,10 @@ ORDER BY ts.queue;
 
 -- name: console_tenant_facts
 -- For the page's (queue, tenant) pairs only (%(queues)s[i], %(tenants)s[i]): queued and due
--- jobs and the oldest due job (each tenant's own jobs by jobs_tenant_ready_idx), running less
--- unfolded slot returns, the rate bucket, whether it competes now, its share of the claims of
--- the last %(window)s seconds in its queue and its share of the weight of the queue's active
--- tenants, the group facts, and the reason in explain.sql's order. Per queue of the page: one
+-- jobs and the oldest due job (each tenant's own jobs by jobs_tenant_ready_idx), its running
+-- jobs (`tenant_running`: less unfolded slot returns and unused slots counted ahead), the rate
+-- bucket, whether it competes now, its share of the claims of the last %(window)s seconds in its
+-- queue and its share of the weight of the queue's active tenants, the group facts, and the reason in explain.sql's order. Per queue of the page: one
 -- pass over its schedule rows' own columns (weights, running) and one over the jobs started in
 -- the window. `ahead` is not counted here (it needs every tenant's jobs probed): group_at_share
 -- omits tenant_waits' "a tenant of another group is ahead" test; the tenant page has the full
@@ -61,8 +61,7 @@ WITH p AS (
 r AS MATERIALIZED (
     SELECT ts.queue, ts.tenant, ts.active, ts.max_running, ts.rate, ts.weight,
            coalesce(ts.tenant_group, 'default') AS tenant_group,
-           ts.running - (SELECT coalesce(sum(x.n), 0) FROM {schema}.slot_returns x
-                         WHERE x.queue = ts.queue AND x.tenant = ts.tenant)::int AS running,
+           {schema}.tenant_running(ts) AS running,
            {schema}.tenant_dry(ts) AS dry, {schema}.token_due(ts) AS token_due,
            {schema}.tenant_tokens(ts) AS tokens,
            ts.active AND ts.running < ts.max_running AND {schema}.claim_room(ts) > 0 AS room,
