@@ -50,6 +50,16 @@ def waits_params(queue: str | None, tenant: str | None) -> dict[str, Any]:
     return {"queue": queue, "tenant": tenant, "missed_beats": float(MISSED_BEATS)}
 
 
+def read_waits(conn: psycopg.Connection[Any], schema: str,
+               queue: str | None, tenant: str | None) -> list[dict[str, Any]]:
+    """``tenant_waits`` in positional form on a raw cursor: over 4 KiB for long schema names,
+    psycopg would parse its text again at every call (as the claims, fairq/store/pg.py)."""
+    stmt = sql.positional("tenant_waits", schema)
+    with psycopg.RawCursor(conn, row_factory=dict_row) as cur:
+        cur.execute(stmt.text, stmt.values(waits_params(queue, tenant)))
+        return cur.fetchall()
+
+
 def tenant_stats(store: Store, *, window_s: float, queue: str | None,
                  timeout_ms: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``fairq stats``'s rows and each (queue, tenant)'s reason (``tenant_waits``), read in one
@@ -61,8 +71,7 @@ def tenant_stats(store: Store, *, window_s: float, queue: str | None,
         cur.execute(store.statement("stats_timeouts"), {"timeout_ms": str(timeout_ms)})
         cur.execute(store.statement("tenant_stats"), params)
         stats = cur.fetchall()
-        cur.execute(store.statement("tenant_waits"), waits_params(queue, None))
-        return stats, cur.fetchall()
+        return stats, read_waits(conn, store.schema, queue, None)
 
 
 def tenant_waits(store: Store, *, queue: str | None, tenant: str | None,
@@ -72,8 +81,7 @@ def tenant_waits(store: Store, *, queue: str | None, tenant: str | None,
     with store.pool.connection() as conn, conn.transaction(), \
             conn.cursor(row_factory=dict_row) as cur:
         cur.execute(store.statement("stats_timeouts"), {"timeout_ms": str(timeout_ms)})
-        cur.execute(store.statement("tenant_waits"), waits_params(queue, tenant))
-        return cur.fetchall()
+        return read_waits(conn, store.schema, queue, tenant)
 
 
 _STATEMENT_NOTE = "fairq statement: "
@@ -168,8 +176,7 @@ class MonitorSession:
                 cur.execute(self.statement(name), {"schema": self.schema})
                 table = cur.fetchone()
                 name = "tenant_waits"
-                cur.execute(self.statement(name), waits_params(None, None))
-                for r in cur:
+                for r in read_waits(conn, self.schema, None, None):
                     if r["reason"] != "no_jobs":
                         key = (r["queue"], r["reason"])
                         reasons[key] = reasons.get(key, 0) + 1

@@ -146,32 +146,38 @@ def test_console_in_chromium(console: str, browser: Any, tmp_path: Path) -> None
                 and "rate_limited" in seen.get("tenant-2", set()))
 
     until(d, story, f"the demo's reasons (seen so far: {seen})", reload=True)
+    # From here on the page must not reload itself between an action and the check of its
+    # answer (a reload drops the notice): the refresh box off, as an operator may untick it.
+    d.execute_script("window.sessionStorage.setItem('fairq-refresh', 'off')")
     # The failed job: found through the jobs page, retried after logging in with the token.
     d.get(console + "/jobs?status=failed&tenant=tenant-3")
     link = until(d, lambda: d.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job] a"),
                  "the failed job", reload=True)[0]
     job_id = link.text
     link.click()
-    assert d.find_element(By.ID, "job-status").text == "failed"
+    until(d, lambda: d.find_element(By.ID, "job-status").text == "failed", "the failed job's page")
     assert "503" in d.find_element(By.ID, "last-error").text
     d.find_element(By.LINK_TEXT, "Log in").click()
     d.find_element(By.ID, "token").send_keys(TOKEN)
     d.find_element(By.ID, "login").click()
     until(d, lambda: d.find_elements(By.ID, "retry"), "the job page after the login")
     d.find_element(By.ID, "retry").click()
-    assert d.find_element(By.ID, "notice").text == "Job queued again."
+    until(d, lambda: d.find_element(By.ID, "notice").text == "Job queued again.",
+          "the retry's notice")
     assert d.current_url.split("?")[0].endswith(f"/jobs/{job_id}")
     assert d.find_element(By.ID, "job-status").text in ("queued", "running", "done")
     # A weight changed on the tenant page shows in the table.
     d.get(console + "/tenants/tenant-4")
     d.find_element(By.ID, "set-weight").send_keys("3.5")
     d.find_element(By.ID, "save").click()
-    assert d.find_element(By.ID, "notice").text.startswith("Settings saved")
+    until(d, lambda: d.find_element(By.ID, "notice").text.startswith("Settings saved"),
+          "the settings' notice")
     assert d.find_element(By.ID, "weight").text == "3.5"
     d.get(console + "/tenants?sort=weight&order=desc")
-    weights = {row.get_attribute("data-tenant"): row.find_element(
-                   By.CSS_SELECTOR, "[data-col=weight]").text
-               for row in d.find_elements(By.CSS_SELECTOR, "#tenants tbody tr[data-tenant]")}
+    weights = until(d, lambda: {row.get_attribute("data-tenant"): row.find_element(
+                        By.CSS_SELECTOR, "[data-col=weight]").text
+                    for row in d.find_elements(By.CSS_SELECTOR, "#tenants tbody tr[data-tenant]")},
+                    "the tenant table")
     assert weights["tenant-4"] == "3.5" and weights["tenant-1"] == "10"
     # Screenshots: the overview and the noisy tenant's page.
     d.get(console + "/")
