@@ -71,8 +71,11 @@ def test_postgres_restart_while_worker_processes_run(tmp_path: Path) -> None:
         finally:
             outs = [stop_worker(w) for w in workers]
         check_final_state(dsn, ids)
+        # Not asserted: that the workers met errors. Their pools drop connections the server
+        # ended before handing them out (fairq/store/pool.py), so a worker between statements
+        # may see none; what must hold is below.
         worker_stats = [stats(out) for out, _ in outs]
-        assert sum(s["db_errors"] for s in worker_stats) >= 2, worker_stats  # they saw both
+        assert sum(s["done"] for s in worker_stats) >= len(ids), worker_stats  # they did it all
         started, finished = executions(log_dir)
         assert set(finished) == set(ids)  # at least once
         attempts = dict(sql(dsn, "SELECT id, attempts FROM fairq.jobs WHERE id = ANY(%s)", (ids,)))
