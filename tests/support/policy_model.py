@@ -216,6 +216,12 @@ class QueueModel:
     def _activate(self, tenant: ModelTenant, vtime: float) -> None:
         tenant.active, tenant.vtime, tenant.wake_at = True, vtime, None
 
+    def _wake(self, tenant: ModelTenant, v: float) -> None:
+        """An idle tenant becomes active again: at V, or behind it by the debt it left with, up
+        to one job's worth at its weight (``max(1, 1 / weight)``); never ahead of V."""
+        debt = max(1.0, 1.0 / tenant.weight)
+        self._activate(tenant, max(v, min(tenant.vtime, v + debt)))
+
     def _deactivate(self, tenant: ModelTenant, now: float) -> None:
         pending = [j.run_at for j in self.by_tenant.get(tenant.name, [])]
         wake = min(pending) if pending else None
@@ -274,7 +280,7 @@ class QueueModel:
                 self.tenants[job.tenant] = t
             elif not t.active:
                 if due:
-                    self._activate(t, v)
+                    self._wake(t, v)
                 else:
                     t.wake_at = self._earlier(t.wake_at, job.run_at)
             self._queue(job)
@@ -286,7 +292,7 @@ class QueueModel:
         if woken:
             v = self.activation_vtime()         # before any of them is active
             for t in woken:
-                self._activate(t, v)
+                self._wake(t, v)
         return len(woken)
 
     def claim(self, policy: Policy, batch: int, now: float) -> list[int]:
@@ -335,7 +341,7 @@ class QueueModel:
                            if not t.active and t.wake_at is not None and t.wake_at <= now),
                           key=attrgetter("name"))
         for t in sleepers:
-            self._activate(t, v)
+            self._wake(t, v)
         # 2. Then the runnable tenants at most `batch` of virtual time ahead of the first (time:
         #    `batch` of the first one's expected run times).
         ordered = sorted(before, key=attrgetter("vtime", "name"))
@@ -459,7 +465,7 @@ class QueueModel:
             job.run_at = run_at
         self._queue(job)
         if not t.active:
-            self._activate(t, self.activation_vtime())
+            self._wake(t, self.activation_vtime())
         elif job.charged is not None and job.charged != 0.0:
             # It never ran: policy time's charge is taken back.
             t.vtime = t.vtime + (-job.charged) / self.effective_weight(t)
