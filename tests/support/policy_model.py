@@ -9,13 +9,14 @@ State: per tenant a weight ``w``, a cap ``max_running``, the ``running`` count, 
 A job is *due* when it is queued and ``run_at <= now``; a tenant's jobs are taken in
 (priority DESC, run_at, id) order. A tenant is *runnable* when active and under its cap.
 
-``V``, the queue's virtual time, is where a tenant that becomes active starts: the minimum vtime
-of the runnable tenants; if none is runnable, the maximum vtime of the active ones; if none is
-active, 0. So idle time banks neither credit nor debt.
+``V``, the queue's virtual time, is where a new tenant starts: the minimum vtime of the runnable
+tenants; if none is runnable, the maximum vtime of the active ones; if none is active, 0. An
+idle tenant that becomes active again starts at ``max(V, min(vtime, V + max(1, 1 / weight)))``
+(*woken*): idle time banks no credit, and it keeps up to one job of the debt it left with.
 
 A fair claim (round_robin, weighted, drr) of batch ``B`` (docs/algorithm.md, "The definition"):
 
-1. wakes every inactive tenant whose ``wake_at <= now``, at vtime ``V`` (computed before waking);
+1. wakes every inactive tenant whose ``wake_at <= now`` (woken, ``V`` computed before waking);
    those with a free slot come first in the walk, in tenant order;
 2. then the runnable tenants in (vtime, tenant) order whose vtime is at most ``B`` ahead of the
    first runnable one (the window);
@@ -60,9 +61,9 @@ fifo takes the first ``B`` due jobs in global (priority DESC, run_at, id) order 
 with a free slot, then grants each tenant as many of them as it has free slots; it keeps no
 virtual time.
 
-An enqueue activates an inactive tenant at V if the job is due (a new tenant starts at V either
-way), else moves its ``wake_at`` earlier; a retry frees the slot and moves an inactive tenant's
-``wake_at``; a release (or reaped lease) frees the slot and activates the tenant at V; a
+An enqueue wakes an inactive tenant if the job is due (a new tenant starts at V either way),
+else moves its ``wake_at`` earlier; a retry frees the slot and moves an inactive tenant's
+``wake_at``; a release (or reaped lease) frees the slot and wakes an inactive tenant; a
 reconfiguration changes weight and cap and nothing else.
 """
 
@@ -264,7 +265,8 @@ class QueueModel:
     def enqueue_many(self, jobs: Iterable[ModelJob], now: float, weight: float | None = None,
                      max_running: int | None = None) -> None:
         """Queue jobs in one step, as one enqueue statement does. V is computed once, which is
-        the same as enqueueing them one by one: a tenant activated at V never moves V."""
+        the same as enqueueing them one by one while some tenant is runnable: a tenant woken at or
+        behind V never moves V then."""
         v = self.activation_vtime()
         for job in jobs:
             due = job.is_due(now)
@@ -286,7 +288,7 @@ class QueueModel:
             self._queue(job)
 
     def wake_due(self, now: float) -> int:
-        """Activate, at V, every inactive tenant whose wake_at has come; returns how many."""
+        """Wake every inactive tenant whose wake_at has come (V before any); returns how many."""
         woken = [t for t in self.tenants.values()
                  if not t.active and t.wake_at is not None and t.wake_at <= now]
         if woken:
@@ -332,7 +334,7 @@ class QueueModel:
 
     def _claim_fair(self, batch: int, now: float, *, by_weight: bool, by_cost: bool,
                     by_time: bool = False) -> list[int]:
-        # 1. Sleepers whose time came wake at V (computed before any wakes); those with a free
+        # 1. Sleepers whose time came wake (V computed before any wakes); those with a free
         #    slot come first in the walk, in tenant order.
         v = self.activation_vtime()
         vmin = min((t.vtime for t in self.runnable()), default=None)
@@ -457,7 +459,7 @@ class QueueModel:
 
     def release(self, job_id: int, run_at: float | None = None) -> None:
         """A running job goes back to queued, due again (release or lease reaped): an inactive
-        tenant becomes active at V. ``run_at`` is its new (due) run_at; None keeps the old one."""
+        tenant is woken. ``run_at`` is its new (due) run_at; None keeps the old one."""
         job = self.running.pop(job_id)
         t = self.tenants[job.tenant]
         t.running -= 1
