@@ -860,3 +860,27 @@ def test_a_backlogged_tenant_named_last_keeps_its_share_among_tenants_that_keep_
         if got[0].tenant != "zz":
             fill(uncapped, {got[0].tenant: 1})
     assert counts(served) == {t: 20 for t in ["a", "b", "c", "d", "zz"]}, counts(served)
+
+
+@pytest.mark.parametrize("policy", [*FAIR, "time"])
+def test_a_backlogged_tenant_named_last_keeps_its_share_among_sleepers_that_keep_waking(
+        uncapped: Store, dsn: str, policy: str) -> None:
+    # As above, but each one-job tenant gets a delayed job that falls due before the next
+    # claim, which wakes it as a sleeper. A sleeper that owes comes after the walk, not first.
+    pol = get_policy(policy)
+    fill(uncapped, {"zz": 200})
+    fill(uncapped, {t: 1 for t in "abcd"})
+    served: list[str] = []
+    for _ in range(100):
+        got = uncapped.claim(pol, queue="default", batch=1, worker="w")
+        assert len(got) == 1
+        uncapped.finish_done([(got[0].id, got[0].attempts)], run_seconds=[1.0])
+        served.append(got[0].tenant)
+        if got[0].tenant != "zz":
+            uncapped.enqueue([NewJob("t", got[0].tenant, "{}", delay=3600)])
+            # Due now, as time would make it: the next claim wakes the tenant (step 1).
+            sql_rows(dsn, "UPDATE fairq.jobs SET run_at = now() - interval '1 s' "
+                          "WHERE status = 'queued' AND tenant <> 'zz';"
+                          "UPDATE fairq.tenant_schedule SET wake_at = now() - interval '1 s' "
+                          "WHERE NOT active")
+    assert counts(served) == {t: 20 for t in ["a", "b", "c", "d", "zz"]}, counts(served)

@@ -17,7 +17,8 @@ idle tenant that becomes active again starts at ``max(V, min(vtime, V + max(1, 1
 A fair claim (round_robin, weighted, drr) of batch ``B`` (docs/algorithm.md, "The definition"):
 
 1. wakes every inactive tenant whose ``wake_at <= now`` (woken, ``V`` computed before waking);
-   those with a free slot come first in the walk, in tenant order;
+   those with a free slot come first in the walk, in tenant order, but those that owe (their
+   vtime past the first runnable tenant's) after it;
 2. then the runnable tenants in (vtime, tenant) order whose vtime is at most ``B`` ahead of the
    first runnable one (the window);
 3. lets each give its due jobs while the job's start (the tenant's vtime before it, counting
@@ -342,6 +343,8 @@ class QueueModel:
         sleepers = sorted((t for t in self.tenants.values()
                            if not t.active and t.wake_at is not None and t.wake_at <= now),
                           key=attrgetter("name"))
+        # A sleeper that owes (its vtime past the first runnable tenant's) comes after the walk.
+        owes = {t.name for t in sleepers if vmin is not None and t.vtime > vmin}
         for t in sleepers:
             self._wake(t, v)
         # 2. Then the runnable tenants at most `batch` of virtual time ahead of the first (time:
@@ -353,7 +356,8 @@ class QueueModel:
 
         hi = None if vmin is None else vmin + batch * run_unit(ordered[0])
         window = [t for t in ordered if hi is not None and t.vtime <= hi]
-        candidates = [t for t in sleepers if t.room(now) > 0] + window
+        candidates = ([t for t in sleepers if t.room(now) > 0 and t.name not in owes] + window
+                      + [t for t in sleepers if t.room(now) > 0 and t.name in owes])
 
         def units(t: ModelTenant) -> float:
             return self.effective_weight(t) if by_weight else 1.0
