@@ -220,7 +220,7 @@ class QueueModel:
 
     def _wake(self, tenant: ModelTenant, v: float) -> None:
         """An idle tenant becomes active again: at V, or behind it by the debt it left with, up
-        to one job's worth at its weight (``max(1, 1 / weight)``); never ahead of V."""
+        to one job at its weight, or at weight 1 if more (``max(1, 1 / weight)``); never ahead of V."""
         debt = max(1.0, 1.0 / tenant.weight)
         self._activate(tenant, max(v, min(tenant.vtime, v + debt)))
 

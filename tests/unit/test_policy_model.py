@@ -97,7 +97,7 @@ def test_activation_vtime_is_runnable_min_else_active_max_else_zero() -> None:
 
 def woken_at(t: ModelTenant, v: float) -> float:
     """Where an idle tenant comes back (docs/algorithm.md): at V, or behind it by the debt it
-    left with, at most one job at its weight (1 / weight, at least 1)."""
+    left with, at most one job at its weight (1 / weight) or at weight 1, whichever is more."""
     if t.vtime <= v:
         return v
     return min(t.vtime, v + max(1.0, 1.0 / t.weight))

@@ -210,9 +210,9 @@ $$;
 -- tenant is runnable again (at the queue's virtual time if it was idle); `retry_ats`: the
 -- earliest retry of a failed job, which an idle tenant wakes for. Policy time: `corrections`,
 -- the seconds its jobs ran minus the seconds the claims charged them (jobs.charged_s), added
--- to an active tenant's virtual time over its effective weight (an idle one's is dropped: it comes
--- back at V with at most one job of debt, vtime.sql); `run_counts` of its jobs ran for `run_means` seconds on average, which
--- move its expected run time (run_average). NULL arrays: none. Returns how many tenant rows it
+-- to an active tenant's virtual time over its effective weight (an idle one's is dropped: it
+-- comes back at V with a bounded debt, vtime.sql); `run_counts` of its jobs ran for
+-- `run_means` seconds on average, which move its expected run time (run_average). NULL arrays: none. Returns how many tenant rows it
 -- wrote.
 --
 -- 1. Tenants that wake (a requeued job or a retry): their rows written in (queue, tenant)
