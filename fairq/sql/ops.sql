@@ -91,7 +91,10 @@ locked AS MATERIALIZED (
 woken AS (
     UPDATE {schema}.tenant_schedule ts
     SET active = true, wake_at = NULL,
-        vtime = CASE WHEN ts.active THEN ts.vtime ELSE {schema}.queue_vtime(ts.queue) END
+        vtime = CASE WHEN ts.active THEN ts.vtime
+                     ELSE greatest({schema}.queue_vtime(ts.queue),
+                                   least(ts.vtime, {schema}.queue_vtime(ts.queue)
+                                                   + greatest(1.0, 1.0 / ts.weight))) END
     FROM locked l WHERE ts.queue = l.queue AND ts.tenant = l.tenant
     RETURNING ts.queue
 ),

@@ -838,3 +838,49 @@ def test_a_walk_cut_short_by_the_batch_locks_only_the_jobs_it_takes(uncapped: St
         row = b.execute(free).fetchone()
         assert row is not None and row[0] == 15
         a.rollback()
+
+
+@pytest.mark.parametrize("policy", [*FAIR, "time"])
+def test_a_backlogged_tenant_named_last_keeps_its_share_among_tenants_that_keep_returning(
+        uncapped: Store, policy: str) -> None:
+    # Four one-job tenants, each refilled as soon as its job is claimed (every claim wakes the
+    # one it emptied), and a backlogged tenant whose name sorts last. A returning tenant keeps
+    # the debt of the job it just had (greatest(own vtime, V)); back at V it would tie with the
+    # backlogged tenant and win on its name every time. Equal weights: a fifth each.
+    pol = get_policy(policy)
+    fill(uncapped, {"zz": 200})
+    fill(uncapped, {t: 1 for t in "abcd"})
+    served: list[str] = []
+    for _ in range(100):
+        got = uncapped.claim(pol, queue="default", batch=1, worker="w")
+        assert len(got) == 1
+        # Every job ran a second, as charged (policy time): no correction moves anyone.
+        uncapped.finish_done([(got[0].id, got[0].attempts)], run_seconds=[1.0])
+        served.append(got[0].tenant)
+        if got[0].tenant != "zz":
+            fill(uncapped, {got[0].tenant: 1})
+    assert counts(served) == {t: 20 for t in ["a", "b", "c", "d", "zz"]}, counts(served)
+
+
+@pytest.mark.parametrize("policy", [*FAIR, "time"])
+def test_a_backlogged_tenant_named_last_keeps_its_share_among_sleepers_that_keep_waking(
+        uncapped: Store, dsn: str, policy: str) -> None:
+    # As above, but each one-job tenant gets a delayed job that falls due before the next
+    # claim, which wakes it as a sleeper. A sleeper that owes comes after the walk, not first.
+    pol = get_policy(policy)
+    fill(uncapped, {"zz": 200})
+    fill(uncapped, {t: 1 for t in "abcd"})
+    served: list[str] = []
+    for _ in range(100):
+        got = uncapped.claim(pol, queue="default", batch=1, worker="w")
+        assert len(got) == 1
+        uncapped.finish_done([(got[0].id, got[0].attempts)], run_seconds=[1.0])
+        served.append(got[0].tenant)
+        if got[0].tenant != "zz":
+            uncapped.enqueue([NewJob("t", got[0].tenant, "{}", delay=3600)])
+            # Due now, as time would make it: the next claim wakes the tenant (step 1).
+            sql_rows(dsn, "UPDATE fairq.jobs SET run_at = now() - interval '1 s' "
+                          "WHERE status = 'queued' AND tenant <> 'zz';"
+                          "UPDATE fairq.tenant_schedule SET wake_at = now() - interval '1 s' "
+                          "WHERE NOT active")
+    assert counts(served) == {t: 20 for t in ["a", "b", "c", "d", "zz"]}, counts(served)

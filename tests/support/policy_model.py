@@ -9,14 +9,16 @@ State: per tenant a weight ``w``, a cap ``max_running``, the ``running`` count, 
 A job is *due* when it is queued and ``run_at <= now``; a tenant's jobs are taken in
 (priority DESC, run_at, id) order. A tenant is *runnable* when active and under its cap.
 
-``V``, the queue's virtual time, is where a tenant that becomes active starts: the minimum vtime
-of the runnable tenants; if none is runnable, the maximum vtime of the active ones; if none is
-active, 0. So idle time banks neither credit nor debt.
+``V``, the queue's virtual time, is where a new tenant starts: the minimum vtime of the runnable
+tenants; if none is runnable, the maximum vtime of the active ones; if none is active, 0. An
+idle tenant that becomes active again starts at ``max(V, min(vtime, V + max(1, 1 / weight)))``
+(*woken*): idle time banks no credit, and it keeps up to one job of the debt it left with.
 
 A fair claim (round_robin, weighted, drr) of batch ``B`` (docs/algorithm.md, "The definition"):
 
-1. wakes every inactive tenant whose ``wake_at <= now``, at vtime ``V`` (computed before waking);
-   those with a free slot come first in the walk, in tenant order;
+1. wakes every inactive tenant whose ``wake_at <= now`` (woken, ``V`` computed before waking);
+   those with a free slot come first in the walk, in tenant order, but those that owe (their
+   vtime past the first runnable tenant's) after it;
 2. then the runnable tenants in (vtime, tenant) order whose vtime is at most ``B`` ahead of the
    first runnable one (the window);
 3. lets each give its due jobs while the job's start (the tenant's vtime before it, counting
@@ -60,9 +62,9 @@ fifo takes the first ``B`` due jobs in global (priority DESC, run_at, id) order 
 with a free slot, then grants each tenant as many of them as it has free slots; it keeps no
 virtual time.
 
-An enqueue activates an inactive tenant at V if the job is due (a new tenant starts at V either
-way), else moves its ``wake_at`` earlier; a retry frees the slot and moves an inactive tenant's
-``wake_at``; a release (or reaped lease) frees the slot and activates the tenant at V; a
+An enqueue wakes an inactive tenant if the job is due (a new tenant starts at V either way),
+else moves its ``wake_at`` earlier; a retry frees the slot and moves an inactive tenant's
+``wake_at``; a release (or reaped lease) frees the slot and wakes an inactive tenant; a
 reconfiguration changes weight and cap and nothing else.
 """
 
@@ -216,6 +218,12 @@ class QueueModel:
     def _activate(self, tenant: ModelTenant, vtime: float) -> None:
         tenant.active, tenant.vtime, tenant.wake_at = True, vtime, None
 
+    def _wake(self, tenant: ModelTenant, v: float) -> None:
+        """An idle tenant becomes active again: at V, or behind it by the debt it left with, up
+        to one job at its weight, or at weight 1 if more (``max(1, 1 / weight)``); never ahead of V."""
+        debt = max(1.0, 1.0 / tenant.weight)
+        self._activate(tenant, max(v, min(tenant.vtime, v + debt)))
+
     def _deactivate(self, tenant: ModelTenant, now: float) -> None:
         pending = [j.run_at for j in self.by_tenant.get(tenant.name, [])]
         wake = min(pending) if pending else None
@@ -258,7 +266,8 @@ class QueueModel:
     def enqueue_many(self, jobs: Iterable[ModelJob], now: float, weight: float | None = None,
                      max_running: int | None = None) -> None:
         """Queue jobs in one step, as one enqueue statement does. V is computed once, which is
-        the same as enqueueing them one by one: a tenant activated at V never moves V."""
+        the same as enqueueing them one by one while some tenant is runnable: a tenant woken at or
+        behind V never moves V then."""
         v = self.activation_vtime()
         for job in jobs:
             due = job.is_due(now)
@@ -274,19 +283,19 @@ class QueueModel:
                 self.tenants[job.tenant] = t
             elif not t.active:
                 if due:
-                    self._activate(t, v)
+                    self._wake(t, v)
                 else:
                     t.wake_at = self._earlier(t.wake_at, job.run_at)
             self._queue(job)
 
     def wake_due(self, now: float) -> int:
-        """Activate, at V, every inactive tenant whose wake_at has come; returns how many."""
+        """Wake every inactive tenant whose wake_at has come (V before any); returns how many."""
         woken = [t for t in self.tenants.values()
                  if not t.active and t.wake_at is not None and t.wake_at <= now]
         if woken:
             v = self.activation_vtime()         # before any of them is active
             for t in woken:
-                self._activate(t, v)
+                self._wake(t, v)
         return len(woken)
 
     def claim(self, policy: Policy, batch: int, now: float) -> list[int]:
@@ -326,7 +335,7 @@ class QueueModel:
 
     def _claim_fair(self, batch: int, now: float, *, by_weight: bool, by_cost: bool,
                     by_time: bool = False) -> list[int]:
-        # 1. Sleepers whose time came wake at V (computed before any wakes); those with a free
+        # 1. Sleepers whose time came wake (V computed before any wakes); those with a free
         #    slot come first in the walk, in tenant order.
         v = self.activation_vtime()
         vmin = min((t.vtime for t in self.runnable()), default=None)
@@ -334,8 +343,10 @@ class QueueModel:
         sleepers = sorted((t for t in self.tenants.values()
                            if not t.active and t.wake_at is not None and t.wake_at <= now),
                           key=attrgetter("name"))
+        # A sleeper that owes (its vtime past the first runnable tenant's) comes after the walk.
+        owes = {t.name for t in sleepers if vmin is not None and t.vtime > vmin}
         for t in sleepers:
-            self._activate(t, v)
+            self._wake(t, v)
         # 2. Then the runnable tenants at most `batch` of virtual time ahead of the first (time:
         #    `batch` of the first one's expected run times).
         ordered = sorted(before, key=attrgetter("vtime", "name"))
@@ -345,7 +356,8 @@ class QueueModel:
 
         hi = None if vmin is None else vmin + batch * run_unit(ordered[0])
         window = [t for t in ordered if hi is not None and t.vtime <= hi]
-        candidates = [t for t in sleepers if t.room(now) > 0] + window
+        candidates = ([t for t in sleepers if t.room(now) > 0 and t.name not in owes] + window
+                      + [t for t in sleepers if t.room(now) > 0 and t.name in owes])
 
         def units(t: ModelTenant) -> float:
             return self.effective_weight(t) if by_weight else 1.0
@@ -451,7 +463,7 @@ class QueueModel:
 
     def release(self, job_id: int, run_at: float | None = None) -> None:
         """A running job goes back to queued, due again (release or lease reaped): an inactive
-        tenant becomes active at V. ``run_at`` is its new (due) run_at; None keeps the old one."""
+        tenant is woken. ``run_at`` is its new (due) run_at; None keeps the old one."""
         job = self.running.pop(job_id)
         t = self.tenants[job.tenant]
         t.running -= 1
@@ -459,7 +471,7 @@ class QueueModel:
             job.run_at = run_at
         self._queue(job)
         if not t.active:
-            self._activate(t, self.activation_vtime())
+            self._wake(t, self.activation_vtime())
         elif job.charged is not None and job.charged != 0.0:
             # It never ran: policy time's charge is taken back.
             t.vtime = t.vtime + (-job.charged) / self.effective_weight(t)

@@ -178,8 +178,11 @@ DECLARE
     sl_weights float8[] := '{}';
     sl_rooms int[] := '{}';
     sl_runs float8[] := '{}';
+    sl_vtimes float8[] := '{}';
     sl int := 0;
+    late bool := false;
     hi float8;
+    front float8;
     -- the candidate in hand
     t_row tid;
     t_tenant text;
@@ -210,8 +213,10 @@ BEGIN
             PERFORM {schema}.fold_capped(q);
         END IF;
         -- 1. Sleepers: idle tenants whose delayed jobs fell due, locked (in wake-up order).
-        -- They rejoin at V, first in the walk (those with room, in tenant order), and
-        -- claim_settle wakes them all. Their rows are locked by an ARRAY subquery, and their
+        -- They rejoin at V (with their debt, vtime.sql), first in the walk (those with room,
+        -- in tenant order) unless they owe (their vtime is past the first runnable tenant's):
+        -- those come after the walk, so that one waking after each of its jobs cannot stay
+        -- ahead of a backlogged tenant at V. claim_settle wakes them all. Their rows are locked by an ARRAY subquery, and their
         -- terms read by a second statement only when there are any: most claims find none.
         sl_rows := ARRAY(SELECT s.ctid FROM {schema}.tenant_schedule s
                          WHERE s.queue = q AND NOT s.active AND s.wake_at <= now()
@@ -220,29 +225,32 @@ BEGIN
         IF cardinality(sl_rows) > 0 THEN
             SELECT array_agg(x.ctid ORDER BY x.tenant), array_agg(x.tenant ORDER BY x.tenant),
                    array_agg(x.weight ORDER BY x.tenant), array_agg(x.room ORDER BY x.tenant),
-                   array_agg(x.run_s ORDER BY x.tenant)
-            INTO sl_rows, sl_tenants, sl_weights, sl_rooms, sl_runs
-            FROM (SELECT s.ctid, s.tenant, coalesce(s.avg_run_s, 1.0) AS run_s,
+                   array_agg(x.run_s ORDER BY x.tenant), array_agg(x.vtime ORDER BY x.tenant)
+            INTO sl_rows, sl_tenants, sl_weights, sl_rooms, sl_runs, sl_vtimes
+            FROM (SELECT s.ctid, s.tenant, coalesce(s.avg_run_s, 1.0) AS run_s, s.vtime,
                          ({schema}.claim_terms(s)).*  -- weight, room
                   FROM {schema}.tenant_schedule s WHERE s.ctid = ANY (sl_rows)) x;
         END IF;
         -- 2. The walk's reach: one window of virtual time past the first runnable tenant
         -- (by_time: `win` of its expected run times).
-        SELECT ts.vtime + win * CASE WHEN by_time THEN coalesce(ts.avg_run_s, 1.0) ELSE 1.0 END
-        INTO hi FROM {schema}.tenant_schedule ts
+        SELECT ts.vtime + win * CASE WHEN by_time THEN coalesce(ts.avg_run_s, 1.0) ELSE 1.0 END,
+               ts.vtime
+        INTO hi, front FROM {schema}.tenant_schedule ts
         WHERE ts.queue = q AND ts.active AND ts.running < ts.max_running
         ORDER BY ts.vtime, ts.tenant LIMIT 1;
         -- 3. The candidates, the sleepers with room and then the walk, until the batch is full.
         WHILE took < lim LOOP
-            IF NOT walking THEN
+            IF NOT walking OR late THEN
                 sl := sl + 1;
                 IF sl > cardinality(sl_rows) THEN
-                    EXIT WHEN hi IS NULL;  -- no runnable tenant
+                    EXIT WHEN hi IS NULL OR late;  -- no runnable tenant, or all walked
                     OPEN walk(hi);
                     walking := true;
                     CONTINUE;
                 END IF;
-                CONTINUE WHEN sl_rooms[sl] <= 0;
+                -- Before the walk those that owe nothing, after it those that owe.
+                CONTINUE WHEN sl_rooms[sl] <= 0
+                    OR (hi IS NOT NULL AND (sl_vtimes[sl] > front) IS DISTINCT FROM late);
                 -- A sleeper starts at V (`hi` - window): a whole window, also when no tenant
                 -- is runnable (no `hi`).
                 t_row := sl_rows[sl];
@@ -253,7 +261,12 @@ BEGIN
                 t_run := CASE WHEN by_time THEN sl_runs[sl] ELSE 1.0 END;
             ELSE
                 FETCH walk INTO t_row, t_tenant, t_vtime, t_w, t_room, t_run;
-                EXIT WHEN NOT FOUND;
+                IF NOT FOUND THEN
+                    -- Then the sleepers that owe, in tenant order.
+                    late := true;
+                    sl := 0;
+                    CONTINUE;
+                END IF;
             END IF;
             -- 4. Its due jobs that start within the window: each counts 1/w of virtual time
             -- (drr: its first due job's cost / w; time: its expected run time / w), at least
@@ -293,7 +306,7 @@ BEGIN
                 -- Walked past (nothing due, every due job held by another claim, or no room):
                 -- claim_settle takes it out of the runnable set if, under its lock, it has no
                 -- due job or no token. A sleeper left unserved is asked the same.
-                IF walking THEN
+                IF walking AND NOT late THEN
                     s_empty := s_empty || t_tenant;
                 END IF;
                 CONTINUE;

@@ -37,6 +37,8 @@ DECLARE
     w_queues text[];
     w_tenants text[];
     w_runs timestamptz[];
+    wake_v float8;
+    wake_q text;
     fast bool;
     fast_queue text;
     fast_task text;
@@ -247,8 +249,9 @@ BEGIN
             FROM per_tenant p;
         END IF;
         -- The tenants of the jobs just inserted, one row each (t_queues, t_tenants, t_runs: in
-        -- (queue, tenant) order, with their first job's run_at). A tenant that becomes active
-        -- starts at the queue's virtual time (queue_vtime): idle time banks no credit and no
+        -- (queue, tenant) order, with their first job's run_at). A new tenant starts at the
+        -- queue's virtual time V (queue_vtime); an idle one that wakes, at V plus what it still
+        -- owes of its last job (vtime.sql): idle time banks no credit, recent service keeps its
         -- debt. Existing tenants' rows are held FOR KEY SHARE until this transaction commits:
         -- a claim retires a tenant only under FOR UPDATE, which conflicts, so it cannot retire
         -- one whose new job it cannot see yet; KEY SHARE does not conflict with the claims' and
@@ -318,9 +321,16 @@ BEGIN
         -- reach a row it holds through the older version its snapshot sees, and wait there
         -- behind a claim or finish queued on that version for this transaction (a deadlock).
         FOR i IN 1 .. coalesce(cardinality(w_tenants), 0) LOOP
+            -- V once per queue, before the first of its tenants wakes (as a claim's sleepers).
+            IF w_runs[i] <= now() AND (wake_q IS NULL OR wake_q <> w_queues[i]) THEN
+                wake_v := {schema}.queue_vtime(w_queues[i]);
+                wake_q := w_queues[i];
+            END IF;
             UPDATE {schema}.tenant_schedule ts
             SET active = w_runs[i] <= now(),
-                vtime = CASE WHEN w_runs[i] <= now() THEN {schema}.queue_vtime(ts.queue)
+                -- vtime.sql: back at V, keeping up to one job's worth of the debt it left with.
+                vtime = CASE WHEN w_runs[i] <= now()
+                             THEN greatest(wake_v, least(ts.vtime, wake_v + greatest(1.0, 1.0 / ts.weight)))
                              ELSE ts.vtime END,
                 wake_at = CASE WHEN w_runs[i] <= now() THEN NULL
                                ELSE least(ts.wake_at, w_runs[i]) END

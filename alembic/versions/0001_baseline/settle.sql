@@ -23,7 +23,7 @@
 -- virtual time), (`stop_vtime`, `stop_tenant`) the last tenant it served when it filled its
 -- batch (both claims pass NULLs: claim_fair lists those tenants in `emptied`, fifo walks
 -- none); the tenants it served (their rows, names, jobs taken, virtual time added), those that
--- looked empty in the claim's snapshot, and the sleepers it locked, woken here at V. Returns
+-- looked empty in the claim's snapshot, and the sleepers it locked, woken here (at V with their debt, vtime.sql). Returns
 -- how many tenants it retired.
 CREATE OR REPLACE FUNCTION {schema}.claim_settle(
     q text, walked_all bool, reach float8, stop_vtime float8, stop_tenant text,
@@ -64,7 +64,7 @@ BEGIN
                         AND ts.rate IS NULL
                       FOR UPDATE OF ts SKIP LOCKED);
     END IF;
-    -- Served tenants (a sleeper among them wakes at V here); then the sleepers not served,
+    -- Served tenants (a sleeper among them wakes here: V, with its debt); then the sleepers not served,
     -- whose rows are unchanged. Only by ctid: a condition on `active` would let the planner
     -- read the idle tenants' index for it.
     -- The served tenants' slots given back while a claim held their rows (slots.sql) are
@@ -81,7 +81,9 @@ BEGIN
         UPDATE {schema}.tenant_schedule ts
         SET running = ts.running + x.n - coalesce(fs.n, 0),
             claimed_total = ts.claimed_total + x.n,
-            vtime = CASE WHEN x.row_ = ANY (sleeper_rows) THEN v ELSE ts.vtime END + x.inc
+            vtime = CASE WHEN x.row_ = ANY (sleeper_rows)
+                         THEN greatest(v, least(ts.vtime, v + greatest(1.0, 1.0 / ts.weight)))
+                         ELSE ts.vtime END + x.inc
                     + CASE WHEN ts.active AND fs.corr <> 0.0
                            THEN fs.corr / {schema}.eff_weight(ts) ELSE 0.0 END,
             avg_run_s = {schema}.run_average(ts.avg_run_s, fs.runs, fs.run_sum),
@@ -119,7 +121,8 @@ BEGIN
     INTO dry, done, capped FROM u;
     IF cardinality(sleeper_rows) > 0 THEN
         UPDATE {schema}.tenant_schedule ts
-        SET active = true, wake_at = NULL, vtime = v
+        SET active = true, wake_at = NULL,
+            vtime = greatest(v, least(ts.vtime, v + greatest(1.0, 1.0 / ts.weight)))
         WHERE ts.ctid = ANY (array(SELECT r FROM unnest(sleeper_rows) r WHERE r <> ALL (served_rows)));
     END IF;
     -- After every write by ctid (these write rows by key, and move them): tenants left at

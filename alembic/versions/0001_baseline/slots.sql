@@ -210,9 +210,9 @@ $$;
 -- tenant is runnable again (at the queue's virtual time if it was idle); `retry_ats`: the
 -- earliest retry of a failed job, which an idle tenant wakes for. Policy time: `corrections`,
 -- the seconds its jobs ran minus the seconds the claims charged them (jobs.charged_s), added
--- to an active tenant's virtual time over its effective weight (an idle one starts again at V:
--- no credit, no debt); `run_counts` of its jobs ran for `run_means` seconds on average, which
--- move its expected run time (run_average). NULL arrays: none. Returns how many tenant rows it
+-- to an active tenant's virtual time over its effective weight (an idle one's is dropped: it
+-- comes back at V with a bounded debt, vtime.sql); `run_counts` of its jobs ran for
+-- `run_means` seconds on average, which move its expected run time (run_average). NULL arrays: none. Returns how many tenant rows it
 -- wrote.
 --
 -- 1. Tenants that wake (a requeued job or a retry): their rows written in (queue, tenant)
@@ -256,7 +256,10 @@ BEGIN
             UPDATE {schema}.tenant_schedule ts
             SET running = ts.running - r.n,
                 active = ts.active OR r.requeued,
-                vtime = CASE WHEN NOT ts.active AND r.requeued THEN {schema}.queue_vtime(ts.queue)
+                vtime = CASE WHEN NOT ts.active AND r.requeued
+                             THEN greatest({schema}.queue_vtime(ts.queue),
+                                           least(ts.vtime, {schema}.queue_vtime(ts.queue)
+                                                           + greatest(1.0, 1.0 / ts.weight)))
                              WHEN ts.active AND r.corr <> 0.0
                              THEN ts.vtime + r.corr / {schema}.eff_weight(ts)
                              ELSE ts.vtime END,

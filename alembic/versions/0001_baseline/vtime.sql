@@ -1,10 +1,14 @@
 -- The queue's virtual time. {schema} is the quoted schema name.
 
--- The queue's virtual time V, where a tenant that becomes runnable starts (enqueue, a delayed
--- job falling due, a job handed back): the minimum vtime of the runnable tenants; if every
--- active tenant is at its cap, the maximum of theirs; if no tenant is active, 0. So an idle
--- tenant comes back with neither credit nor debt, and an idle queue starts afresh.
--- The one definition of it: every statement that activates a tenant calls this.
+-- The queue's virtual time V: the minimum vtime of the runnable tenants; if every active tenant
+-- is at its cap, the maximum of theirs; if no tenant is active, 0. A new tenant starts at V. An
+-- idle tenant that becomes runnable again (enqueue, a delayed job falling due, a retry or a job
+-- handed back, ops' wake-ups) starts at greatest(V, least(vtime, V + greatest(1, 1 / weight))):
+-- no credit for its idle time, and the debt of its last job kept, up to one job at its
+-- weight (1 / weight), or at weight 1 when that is more (a round_robin job). At V it would tie with a backlogged tenant and win by name every time it came back
+-- (docs/decisions/001). The cap keeps a debt from another busy period (V is 0 again once the
+-- queue idles) to one job. The one definition of V: every statement that activates a tenant
+-- calls this, and writes that expression with it.
 CREATE OR REPLACE FUNCTION {schema}.queue_vtime(q text) RETURNS float8
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
