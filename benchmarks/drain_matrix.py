@@ -156,12 +156,15 @@ EXIT_MARGIN_S = 0.05
 
 
 def build_app(dsn: str | None = None) -> fairq.App:
-    """The benchmark's app: one no-op task. ``dsn=None``: ``$FAIRQ_DATABASE_URL`` (``--dsn``)."""
+    """The benchmark's app: one no-op task (payload ``{"ms": M}``: it sleeps M ms).
+    ``dsn=None``: ``$FAIRQ_DATABASE_URL`` (``--dsn``)."""
     a = fairq.App(dsn, schema=SCHEMA)
 
     @a.task(name=TASK, lease=30)
     def noop(job: fairq.Job) -> None:
-        pass
+        ms = job.payload.get("ms") if isinstance(job.payload, dict) else None
+        if ms:  # benchmarks/scaling.py --job-ms: a handler that waits, as on I/O
+            time.sleep(float(ms) / 1000)
 
     return a
 

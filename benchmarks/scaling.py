@@ -1,7 +1,8 @@
 """Scaling across worker processes on one PostgreSQL: 1, 2 and 4 `fairq worker` processes.
 
     .venv/bin/python -m benchmarks.scaling [--processes 1,2,4] [--slots 8] [--jobs 10000]
-        [--shapes spread,hot] [--policy weighted] [--workers default,before] [--dsn URL]
+        [--shapes spread,hot] [--policy weighted] [--workers default,before] [--job-ms 0]
+        [--dsn URL]
 
 Each (shape, processes) run gets a fresh database with ``--jobs`` no-op jobs queued (``spread``:
 over 100 tenants; ``hot``: one tenant), no cap in reach, then starts that many
@@ -11,7 +12,10 @@ the CPU time of the database's backends per 1,000 jobs (from /proc, so the serve
 this machine; sampled every 20 ms, a backend's last 20 ms may be missed); and the share of the
 active sessions' samples (``pg_stat_activity``, every 20 ms) that waited on a lock.
 ``--workers default,before`` runs each case twice, in turn: the worker at its defaults, and
-without claiming ahead and with a batch of 10 (``--claim-ahead 0 --batch 10``).
+without claiming ahead and with a batch of 10 (``--claim-ahead 0 --batch 10``). ``--job-ms M``
+makes each job's handler sleep M ms (a handler waiting on I/O): the processes' slots, not the
+machine's cores, then bound the rate, so whether a tenant's claims queue on each other shows
+as throughput that does or does not grow with the processes.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ def run(dsn: str, shape: str, processes: int, args: argparse.Namespace,
     tenants = 1 if shape == "hot" else 100
     with dm.build_app(dsn) as a:
         a.tenants.apply({"defaults": {"weight": 1.0, "max_running": 100_000}})
-        a.enqueue_many(dm.TASK, [(f"t{i % tenants}", {}) for i in range(args.jobs)])
+        payload = {"ms": args.job_ms} if args.job_ms else {}
+        a.enqueue_many(dm.TASK, [(f"t{i % tenants}", payload) for i in range(args.jobs)])
     stop = threading.Event()
     cpu: dict[int, float] = {}
     samples = {"active": 0, "lock": 0}
@@ -97,11 +102,16 @@ def main() -> None:
     ap.add_argument("--policy", default="weighted")
     ap.add_argument("--workers", default="default",
                     help="default, before (no claiming ahead, batch 10), or both: default,before")
+    ap.add_argument("--job-ms", type=float, default=0.0,
+                    help="each handler sleeps this long (default 0: no-op jobs)")
     args = ap.parse_args()
+    if args.job_ms < 0:
+        ap.error("--job-ms must be >= 0")
     workers = args.workers.split(",")
     if any(w not in ("default", "before") for w in workers):
         ap.error(f"--workers takes default and/or before, not {args.workers!r}")
-    print(f"{args.jobs} no-op jobs, {args.slots} slots a process, {args.policy}; "
+    kind = f"jobs of {args.job_ms:g} ms" if args.job_ms else "no-op jobs"
+    print(f"{args.jobs} {kind}, {args.slots} slots a process, {args.policy}; "
           f"{os.cpu_count()} cores")
     for shape in args.shapes.split(","):
         for n, worker in ((int(x), w) for x in args.processes.split(",") for w in workers):
