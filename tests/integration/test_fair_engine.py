@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -840,47 +841,49 @@ def test_a_walk_cut_short_by_the_batch_locks_only_the_jobs_it_takes(uncapped: St
         a.rollback()
 
 
+def serve_beside_returning_tenants(store: Store, policy: str,
+                                   refill: Callable[[str], None]) -> dict[str, int]:
+    """100 claims of one job, each finished at once, over a backlogged tenant "zz" (its name
+    sorts last) and four one-job tenants a-d, each refilled by ``refill(tenant)`` as soon as its
+    job is claimed; what each tenant got. Every job ran a second, as charged (policy time): no
+    correction moves anyone."""
+    pol = get_policy(policy)
+    fill(store, {"zz": 200})
+    fill(store, {t: 1 for t in "abcd"})
+    served: list[str] = []
+    for _ in range(100):
+        got = store.claim(pol, queue="default", batch=1, worker="w")
+        assert len(got) == 1
+        store.finish_done([(got[0].id, got[0].attempts)], run_seconds=[1.0])
+        served.append(got[0].tenant)
+        if got[0].tenant != "zz":
+            refill(got[0].tenant)
+    return counts(served)
+
+
 @pytest.mark.parametrize("policy", [*FAIR, "time"])
 def test_a_backlogged_tenant_named_last_keeps_its_share_among_tenants_that_keep_returning(
         uncapped: Store, policy: str) -> None:
-    # Four one-job tenants, each refilled as soon as its job is claimed (every claim wakes the
-    # one it emptied), and a backlogged tenant whose name sorts last. A returning tenant keeps
-    # the debt of the job it just had (greatest(own vtime, V)); back at V it would tie with the
+    # Each one-job tenant refilled by an enqueue, which wakes it. A returning tenant keeps (up
+    # to one job of) the debt of the job it just had; back at V it would tie with the
     # backlogged tenant and win on its name every time. Equal weights: a fifth each.
-    pol = get_policy(policy)
-    fill(uncapped, {"zz": 200})
-    fill(uncapped, {t: 1 for t in "abcd"})
-    served: list[str] = []
-    for _ in range(100):
-        got = uncapped.claim(pol, queue="default", batch=1, worker="w")
-        assert len(got) == 1
-        # Every job ran a second, as charged (policy time): no correction moves anyone.
-        uncapped.finish_done([(got[0].id, got[0].attempts)], run_seconds=[1.0])
-        served.append(got[0].tenant)
-        if got[0].tenant != "zz":
-            fill(uncapped, {got[0].tenant: 1})
-    assert counts(served) == {t: 20 for t in ["a", "b", "c", "d", "zz"]}, counts(served)
+    served = serve_beside_returning_tenants(uncapped, policy,
+                                            lambda tenant: fill(uncapped, {tenant: 1}))
+    assert served == {t: 20 for t in ["a", "b", "c", "d", "zz"]}, served
 
 
 @pytest.mark.parametrize("policy", [*FAIR, "time"])
 def test_a_backlogged_tenant_named_last_keeps_its_share_among_sleepers_that_keep_waking(
         uncapped: Store, dsn: str, policy: str) -> None:
-    # As above, but each one-job tenant gets a delayed job that falls due before the next
-    # claim, which wakes it as a sleeper. A sleeper that owes comes after the walk, not first.
-    pol = get_policy(policy)
-    fill(uncapped, {"zz": 200})
-    fill(uncapped, {t: 1 for t in "abcd"})
-    served: list[str] = []
-    for _ in range(100):
-        got = uncapped.claim(pol, queue="default", batch=1, worker="w")
-        assert len(got) == 1
-        uncapped.finish_done([(got[0].id, got[0].attempts)], run_seconds=[1.0])
-        served.append(got[0].tenant)
-        if got[0].tenant != "zz":
-            uncapped.enqueue([NewJob("t", got[0].tenant, "{}", delay=3600)])
-            # Due now, as time would make it: the next claim wakes the tenant (step 1).
-            sql_rows(dsn, "UPDATE fairq.jobs SET run_at = now() - interval '1 s' "
-                          "WHERE status = 'queued' AND tenant <> 'zz';"
-                          "UPDATE fairq.tenant_schedule SET wake_at = now() - interval '1 s' "
-                          "WHERE NOT active")
-    assert counts(served) == {t: 20 for t in ["a", "b", "c", "d", "zz"]}, counts(served)
+    # Each one-job tenant refilled by a delayed job that falls due before the next claim, which
+    # wakes it as a sleeper. A sleeper that owes comes after the walk, not first.
+    def refill(tenant: str) -> None:
+        uncapped.enqueue([NewJob("t", tenant, "{}", delay=3600)])
+        # Due now, as time would make it: the next claim wakes the tenant (step 1).
+        sql_rows(dsn, "UPDATE fairq.jobs SET run_at = now() - interval '1 s' "
+                      "WHERE status = 'queued' AND tenant <> 'zz';"
+                      "UPDATE fairq.tenant_schedule SET wake_at = now() - interval '1 s' "
+                      "WHERE NOT active")
+
+    served = serve_beside_returning_tenants(uncapped, policy, refill)
+    assert served == {t: 20 for t in ["a", "b", "c", "d", "zz"]}, served

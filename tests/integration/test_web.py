@@ -64,6 +64,19 @@ def app(dsn: str) -> Iterator[fairq.App]:
     a.close()
 
 
+def facts_asked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Spy on the console's costly per-tenant read: the list grows by each call's tenant count."""
+    asked: list[int] = []
+    real = console._facts
+
+    def spy(store: Any, cur: Any, page: list[dict[str, Any]], window_s: float) -> Any:
+        asked.append(len(page))
+        return real(store, cur, page, window_s)
+
+    monkeypatch.setattr(console, "_facts", spy)
+    return asked
+
+
 def login(c: TestClient, token: str = TOKEN) -> str:
     """Log in through the form; returns the session's CSRF token (read from a page)."""
     page = c.get("/login").text
@@ -127,14 +140,7 @@ def test_share_is_of_recent_claims_as_fairq_stats_has_it(app: fairq.App) -> None
 def test_only_the_page_gets_the_costly_columns(app: fairq.App,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     scene(app)
-    asked: list[int] = []
-    real = console._facts
-
-    def spy(store: Any, cur: Any, page: list[dict[str, Any]], window_s: float) -> Any:
-        asked.append(len(page))
-        return real(store, cur, page, window_s)
-
-    monkeypatch.setattr(console, "_facts", spy)
+    asked = facts_asked(monkeypatch)
     c = client(app)
     r = c.get("/api/tenants?per_page=2&sort=tenant&order=desc&page=2")
     assert r.status_code == 200 and r.headers["x-total-count"] == "5"
@@ -283,14 +289,7 @@ def test_hundred_thousand_tenants_page_reads_only_the_page(
                      "FROM generate_series(1, 100000) g")
         conn.execute("ANALYZE fairq.jobs")
         conn.execute("ANALYZE fairq.tenant_schedule")
-    asked: list[int] = []
-    real = console._facts
-
-    def spy(store: Any, cur: Any, page: list[dict[str, Any]], window_s: float) -> Any:
-        asked.append(len(page))
-        return real(store, cur, page, window_s)
-
-    monkeypatch.setattr(console, "_facts", spy)
+    asked = facts_asked(monkeypatch)
     c = client(app)
     c.get("/tenants")  # warm: the pool's connections, the templates
     timings = []

@@ -38,6 +38,20 @@ from tests.support.fault_tools import (
 SECONDS = 6.0
 
 
+
+def produce(dsn: str, ids: list[int], stop: threading.Event, errors: list[BaseException], *,
+            ms: int, chunk: int) -> None:
+    """Until ``stop``: ``chunk`` more jobs of ``ms`` ms for the hot tenant every 20 ms, their ids
+    added to ``ids``; an error goes to ``errors`` (the test reports it)."""
+    try:
+        with fairq.App(dsn) as app:
+            app.task(lambda job: None, name="work", lease=30, max_attempts=3)
+            while not stop.is_set():
+                ids.extend(app.enqueue_many("work", [("hot", {"ms": ms})] * chunk))
+                stop.wait(0.02)
+    except BaseException as e:  # reported by the caller
+        errors.append(e)
+
 @pytest.mark.timeout(240)
 def test_a_one_tenant_flood_barely_waits_on_locks(dsn: str, tmp_path: Path) -> None:
     log_dir = tmp_path / "log"
@@ -52,14 +66,7 @@ def test_a_one_tenant_flood_barely_waits_on_locks(dsn: str, tmp_path: Path) -> N
     active = [0]
 
     def producer() -> None:
-        try:
-            with fairq.App(dsn) as app:
-                app.task(lambda job: None, name="work", lease=30, max_attempts=3)
-                while not stop.is_set():
-                    ids.extend(app.enqueue_many("work", [("hot", {"ms": 0})] * 100))
-                    stop.wait(0.02)
-        except BaseException as e:  # reported below
-            errors.append(e)
+        produce(dsn, ids, stop, errors, ms=0, chunk=100)
 
     def sampler() -> None:
         try:
@@ -126,14 +133,7 @@ def test_four_processes_on_one_capped_tenant_never_pass_its_cap(dsn: str, tmp_pa
     samples = [0]
 
     def producer() -> None:
-        try:
-            with fairq.App(dsn) as app:
-                app.task(lambda job: None, name="work", lease=30, max_attempts=3)
-                while not stop.is_set():
-                    ids.extend(app.enqueue_many("work", [("hot", {"ms": 20})] * 50))
-                    stop.wait(0.02)
-        except BaseException as e:  # reported below
-            errors.append(e)
+        produce(dsn, ids, stop, errors, ms=20, chunk=50)
 
     def sampler() -> None:
         try:

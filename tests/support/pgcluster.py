@@ -164,6 +164,25 @@ def _as_user(cmd: list[str], user: str | None) -> list[str]:
     return ["runuser", "-u", user, "--", *cmd] if user else cmd
 
 
+def server_dirs(workdir: Path, user: str | None, name: str) -> tuple[Path, Path]:
+    """A new folder for a server's data (``name``: its prefix) and one for its socket."""
+    # Unix socket paths are limited to 107 bytes: pytest's tmp paths are too long for them.
+    sockdir = Path(tempfile.mkdtemp(prefix="fqpg-", dir="/tmp"))
+    if user:
+        # As root the server runs as `user`, which must reach its data directory for as long as
+        # the cluster lives. Not under pytest's tmp folders: every pytest session that starts
+        # (another xdist worker, another run) makes /tmp/pytest-of-<user> private again, and a
+        # restart would then fail with "could not access directory". /var/tmp is traversable.
+        root = Path(tempfile.mkdtemp(prefix=f"fairq-{name}-", dir="/var/tmp"))
+        pw = pwd.getpwnam(user)
+        for d in (root, sockdir):
+            os.chown(d, pw.pw_uid, pw.pw_gid)
+    else:
+        root = Path(workdir) / f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+        root.mkdir(parents=True)
+    return root, sockdir
+
+
 def start(workdir: Path, *, port: int | None = None, options: Mapping[str, str] | None = None,
           timeout: float = 60.0) -> Cluster:
     """initdb a new cluster under ``workdir`` (as root, under /var/tmp: see below) and start it;
@@ -175,20 +194,7 @@ def start(workdir: Path, *, port: int | None = None, options: Mapping[str, str] 
     if bin_dir is None:
         raise FileNotFoundError("PostgreSQL server binaries not found (set FAIRQ_PG_BINDIR)")
     user = _server_user()
-    # Unix socket paths are limited to 107 bytes: pytest's tmp paths are too long for them.
-    sockdir = Path(tempfile.mkdtemp(prefix="fqpg-", dir="/tmp"))
-    if user:
-        # As root the server runs as `user`, which must reach its data directory for as long as
-        # the cluster lives. Not under pytest's tmp folders: every pytest session that starts
-        # (another xdist worker, another run) makes /tmp/pytest-of-<user> private again, and a
-        # restart would then fail with "could not access directory". /var/tmp is traversable.
-        root = Path(tempfile.mkdtemp(prefix="fairq-pgcluster-", dir="/var/tmp"))
-        pw = pwd.getpwnam(user)
-        for d in (root, sockdir):
-            os.chown(d, pw.pw_uid, pw.pw_gid)
-    else:
-        root = Path(workdir) / f"pgcluster-{os.getpid()}-{time.monotonic_ns()}"
-        root.mkdir(parents=True)
+    root, sockdir = server_dirs(workdir, user, "pgcluster")
     datadir = root / "data"
     subprocess.run(
         _as_user([str(bin_dir / "initdb"), "-D", str(datadir), "-U", "postgres", "-A", "trust",

@@ -19,11 +19,8 @@ it does not have. ``remove`` stops exactly the two postmasters started here (by 
 from __future__ import annotations
 
 import contextlib
-import os
-import pwd
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,15 +136,7 @@ def start(workdir: Path, *, mode: str = "async", timeout: float = 60.0) -> Pair:
 def _basebackup(primary: pgcluster.Cluster, workdir: Path, timeout: float) -> pgcluster.Cluster:
     """``pg_basebackup -R`` of ``primary`` into a new data directory, started as a standby."""
     user = primary.user
-    sockdir = Path(tempfile.mkdtemp(prefix="fqpg-", dir="/tmp"))
-    if user:  # as in pgcluster.start: a folder the server user can always reach
-        root = Path(tempfile.mkdtemp(prefix="fairq-pgstandby-", dir="/var/tmp"))
-        pw = pwd.getpwnam(user)
-        for d in (root, sockdir):
-            os.chown(d, pw.pw_uid, pw.pw_gid)
-    else:
-        root = Path(workdir) / f"pgstandby-{os.getpid()}-{time.monotonic_ns()}"
-        root.mkdir(parents=True)
+    root, sockdir = pgcluster.server_dirs(workdir, user, "pgstandby")
     datadir = root / "data"
     conninfo = (f"host=127.0.0.1 port={primary.port} user=postgres "
                 f"application_name={STANDBY_NAME}")
