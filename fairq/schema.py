@@ -70,6 +70,7 @@ FUNCTION_FILES = (
     "0001_baseline/enqueue.sql",      # enqueue, enqueue_many and their grants
     "0001_baseline/slots.sql",        # return_slots, the slot returns' folds
     "0001_baseline/decay.sql",        # decay_usage
+    "0001_baseline/reasons.sql",      # wait_reason
 )
 
 

@@ -31,7 +31,7 @@ FOLDER = "0001_baseline"
 # In the order they must be created: a sql function's body is checked against the functions it
 # calls when it is created; plpgsql bodies are not.
 FUNCTION_FILES = ("vtime.sql", "rate_limits.sql", "weights.sql", "settle.sql", "claim.sql",
-                  "enqueue.sql", "slots.sql", "decay.sql")
+                  "enqueue.sql", "slots.sql", "decay.sql", "reasons.sql")
 # Every function those files create, for the downgrade (identity arguments; {s} the schema).
 FUNCTIONS = (
     "enqueue(text, text, jsonb, text, timestamptz, int, float8, int, int, text)",
@@ -65,6 +65,7 @@ FUNCTIONS = (
     "claim_room({s}.tenant_schedule)",
     "tenant_tokens({s}.tenant_schedule)",
     "queue_vtime(text)",
+    "wait_reason(int, int, int, int, bool, timestamptz, timestamptz, int, bool)",
 )
 TABLES = ("workers", "group_schedule", "tenant_groups", "periodic", "slot_returns",
           "claim_budgets", "tenant_schedule", "settings", "tenants", "jobs")

@@ -76,17 +76,12 @@ w AS (
                FROM {schema}.workers w) w ON q.queue = ANY (w.queues)
     GROUP BY q.queue
 )
--- The reasons in the order they are checked (docs/explain.md): the first that holds.
+-- The reason: the first that holds, in docs/explain.md's order (`wait_reason`).
 SELECT v.queue, v.tenant,
-       CASE WHEN v.queued = 0 AND v.running = 0 THEN 'no_jobs'
-            WHEN w.workers = 0 THEN 'no_worker'
-            WHEN v.queued = 0 THEN 'running'
-            WHEN v.running >= v.max_running THEN 'at_cap'
-            WHEN v.dry AND v.token_due > v.next_run_at THEN 'rate_limited'
-            WHEN v.due = 0 THEN 'no_due_jobs'
-            WHEN v.comp AND v.ahead > v.ahead_same AND v.groups AND v.queue_running > 0
-                 AND v.group_running >= v.group_share * v.queue_running THEN 'group_at_share'
-            ELSE 'waiting_turn' END AS reason,
+       {schema}.wait_reason(v.queued, v.running, w.workers, v.max_running, v.dry, v.token_due,
+           v.next_run_at, v.due,
+           v.comp AND v.ahead > v.ahead_same AND v.groups AND v.queue_running > 0
+               AND v.group_running >= v.group_share * v.queue_running) AS reason,
        v.queued, v.due, v.running, v.max_running, v.rate, v.tokens, v.tenant_group,
        NOT EXISTS (SELECT FROM {schema}.tenants t WHERE t.tenant = v.tenant) AS cap_is_default,
        CASE WHEN v.due = 0 THEN v.next_run_at END AS next_due_at,

@@ -50,7 +50,8 @@ ORDER BY ts.queue;
 -- jobs and the oldest due job (each tenant's own jobs by jobs_tenant_ready_idx), its running
 -- jobs (`tenant_running`: less unfolded slot returns and unused slots counted ahead), the rate
 -- bucket, whether it competes now, its share of the claims of the last %(window)s seconds in its
--- queue and its share of the weight of the queue's active tenants, the group facts, and the reason in explain.sql's order. Per queue of the page: one
+-- queue and its share of the weight of the queue's active tenants, the group facts, and the
+-- reason (`wait_reason`, as explain.sql decides it). Per queue of the page: one
 -- pass over its schedule rows' own columns (weights, running) and one over the jobs started in
 -- the window. `ahead` is not counted here (it needs every tenant's jobs probed): group_at_share
 -- omits tenant_waits' "a tenant of another group is ahead" test; the tenant page has the full
@@ -114,16 +115,10 @@ w AS (
     GROUP BY q.queue
 )
 SELECT r.queue, r.tenant,
-       CASE WHEN r.queued = 0 AND r.running = 0 THEN 'no_jobs'
-            WHEN w.workers = 0 THEN 'no_worker'
-            WHEN r.queued = 0 THEN 'running'
-            WHEN r.running >= r.max_running THEN 'at_cap'
-            WHEN r.dry AND r.token_due > r.next_run_at THEN 'rate_limited'
-            WHEN r.due = 0 THEN 'no_due_jobs'
-            WHEN r.room AND qg.groups > 1 AND qg.queue_running > 0
-                 AND qg.running >= qg.share * qg.queue_running
-                THEN 'group_at_share'
-            ELSE 'waiting_turn' END AS reason,
+       {schema}.wait_reason(r.queued, r.running, w.workers, r.max_running, r.dry, r.token_due,
+           r.next_run_at, r.due,
+           r.room AND qg.groups > 1 AND qg.queue_running > 0
+               AND qg.running >= qg.share * qg.queue_running) AS reason,
        r.queued, r.due, r.running, r.tokens,
        extract(epoch FROM now() - r.oldest_due)::float8 AS oldest_wait_seconds,
        coalesce(ct.claims, 0) AS recent_claims,

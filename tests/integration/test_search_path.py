@@ -28,7 +28,8 @@ from tests.support.fault_tools import sql
 PINNED = ["search_path=pg_catalog, pg_temp"]
 # The sql functions left unpinned so that PostgreSQL inlines them (test_migrations checks it).
 INLINED = {"effective_weight", "tenant_tokens", "claim_room", "tenant_dry", "token_due",
-           "token_at", "throttled_open", "throttled_total", "returns_lock", "run_average"}
+           "token_at", "throttled_open", "throttled_total", "returns_lock", "run_average",
+           "wait_reason"}
 # Grammar, not names looked up: keywords before a parenthesis, and the expressions PostgreSQL
 # parses itself (COALESCE, LEAST, GREATEST, EXTRACT, which it maps to pg_catalog.extract).
 GRAMMAR = {"SELECT", "CASE", "WHEN", "THEN", "ELSE", "END", "AND", "OR", "NOT", "IS", "NULL",
