@@ -178,7 +178,7 @@ def run_failover(tmp_path: Path, mode: str, lag: bool = False) -> ft.Outcome:
         procs += [ft.spawn(["worker", ft.APP, "--concurrency", "4", "--poll-interval", "0.5",
                             "--log-level", "info"], url, log_dir, f"worker{i}")
                   for i in range(2)]
-        producer = ft.Producer(url)
+        producer = ft.Producer(url, ms=20, every=0.005)
         producer.start()
         ft.wait_for(lambda: done_events(log_dir) >= 100,
                     timeout=60, what="the workers to finish jobs on the old primary")
@@ -216,7 +216,7 @@ def run_failover(tmp_path: Path, mode: str, lag: bool = False) -> ft.Outcome:
         check_final_state(url, ids)  # every job done, no running slot leaked
         return outcome
     finally:
-        if producer is not None and producer.is_alive():
+        if producer is not None:
             producer.stop()
         for p in procs:
             ft.stop(p, timeout=20)

@@ -123,7 +123,7 @@ def under_load(tmp_path: Path, dsn: str, fault: Callable[[], float], *, worker_d
         "first_start_after_back_s": round(first_start - back_at, 2),
         "last_old_job_done_after_back_s": round(last_done - back_at, 2),
         "enqueue_back_after_s": round(producer.first_ok_after(back_at) or -1, 2),
-        "enqueues_ok": len(produced), "enqueues_failed": len(producer.failed),
+        "enqueues_ok": len(produced), "enqueues_failed": len(producer.unknown),
         "log_lines_per_worker": [n for n, _, _ in per_worker],
         "back_lines_say_s": [b for _, _, b in per_worker],
         "reconnects": [stats(out)["reconnects"] for out, _ in outs],

@@ -1,4 +1,4 @@
-"""The fail-over scenario's pieces: a producer thread, ``fairq worker`` and ``fairq exporter``
+"""The fail-over scenario's pieces: ``fairq worker`` and ``fairq exporter``
 processes on the multi-host URL, their events (tests/support/failover_app.py), and the
 comparison of what the clients saw succeed with what the new primary holds."""
 
@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections import defaultdict
@@ -20,48 +19,10 @@ from typing import Any
 
 import psycopg
 
-import fairq
+from tests.support.fault_tools import Producer
 from tests.support.paths import REPO
 
 APP = "tests.support.failover_app:app"
-
-
-class Producer(threading.Thread):
-    """Enqueues ``work`` jobs numbered 0, 1, 2, ... one at a time through ``fairq.App`` until
-    stopped. ``acked`` holds the numbers whose enqueue returned (with the id it returned);
-    ``unknown`` the ones whose enqueue raised (committed or not: the producer cannot tell)."""
-
-    def __init__(self, url: str, ms: int = 20, pause: float = 0.005) -> None:
-        super().__init__(daemon=True)
-        self.url, self.ms, self.pause = url, ms, pause
-        self.acked: dict[int, int] = {}
-        self.acked_at: dict[int, float] = {}  # time.time() when the enqueue returned
-        self.unknown: list[int] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        n = 0
-        with fairq.App(self.url) as app:
-            while not self.halt.is_set():
-                try:
-                    job_id = app.enqueue("work", tenant=f"t{n % 6}",
-                                         payload={"n": n, "ms": self.ms})
-                except psycopg.Error:  # the primary went away: unknown outcome
-                    self.unknown.append(n)
-                    self.halt.wait(0.05)
-                else:
-                    self.acked[n] = job_id
-                    self.acked_at[n] = time.time()
-                n += 1
-                self.halt.wait(self.pause)
-
-    def acked_since(self, t: float) -> int:
-        return sum(1 for at in list(self.acked_at.values()) if at >= t)
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(60)
-        assert not self.is_alive(), "the producer did not stop"
 
 
 def spawn(args: list[str], url: str, log_dir: Path, name: str) -> subprocess.Popen[bytes]:

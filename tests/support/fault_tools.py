@@ -261,9 +261,11 @@ class Bouncer:
 
 
 class Producer:
-    """A thread enqueueing ``work`` jobs one at a time (tenants in turn) through its own
-    ``fairq.App``, as an application would, through an outage: it records each enqueue it saw
-    succeed (id, wall time it returned) and each failure; ``stop()`` ends it."""
+    """A thread enqueueing ``work`` jobs numbered 0, 1, 2, ... one at a time (payload ``{"n": n,
+    "ms": ms}``, tenants p0 to p7 in turn) through its own ``fairq.App``, as an application
+    would, through an outage or a fail-over. ``acked`` maps each number whose enqueue returned to
+    the id it returned (``acked_at``: the wall time it returned); ``unknown`` holds the numbers
+    whose enqueue raised (committed or not: the application cannot tell). ``stop()`` ends it."""
 
     def __init__(self, dsn: str, *, ms: int = 15, every: float = 0.02, **app_options: Any) -> None:
         import threading
@@ -272,8 +274,9 @@ class Producer:
 
         self.app = fairq.App(dsn, **app_options)
         self.ms, self.every = ms, every
-        self.ok: list[tuple[int, float]] = []
-        self.failed: list[tuple[float, str]] = []
+        self.acked: dict[int, int] = {}
+        self.acked_at: dict[int, float] = {}
+        self.unknown: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
 
@@ -282,26 +285,36 @@ class Producer:
         return self
 
     def _run(self) -> None:
-        i = 0
+        n = 0
         while not self._stop.is_set():
             try:
-                job_id = self.app.enqueue("work", tenant=f"p{i % 8}", payload={"ms": self.ms})
-                self.ok.append((job_id, time.time()))
-            except Exception as e:  # an outage: the application sees it, and goes on
-                self.failed.append((time.time(), type(e).__name__))
-            i += 1
+                job_id = self.app.enqueue("work", tenant=f"p{n % 8}",
+                                          payload={"n": n, "ms": self.ms})
+            except Exception:  # an outage: the application sees it, and goes on
+                self.unknown.append(n)
+            else:
+                self.acked[n] = job_id
+                self.acked_at[n] = time.time()
+            n += 1
             self._stop.wait(self.every)
+
+    def acked_since(self, t: float) -> int:
+        """How many enqueues returned at or after wall time ``t``."""
+        return sum(1 for at in list(self.acked_at.values()) if at >= t)
 
     def first_ok_after(self, t: float) -> float | None:
         """Seconds from wall time ``t`` to the first enqueue that returned successfully after it."""
-        later = [at for _, at in self.ok if at >= t]
+        later = [at for at in list(self.acked_at.values()) if at >= t]
         return min(later) - t if later else None
 
     def stop(self) -> list[int]:
-        self._stop.set()
-        self._thread.join(60)
-        self.app.close()
-        return [job_id for job_id, _ in self.ok]
+        """Stop (again: a no-op) and close the app; the ids of the enqueues that returned."""
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(60)
+            assert not self._thread.is_alive(), "the producer did not stop"
+            self.app.close()
+        return list(self.acked.values())
 
 
 OUTAGE_LINE = "database connection lost"
