@@ -115,6 +115,29 @@ def test_a_claim_that_caps_a_tenant_waits_for_an_open_finish_and_folds_its_slot(
     assert _row(dsn) == (2, 2, 0)
 
 
+def test_a_finish_does_not_wait_for_a_claim_capping_the_tenant(store: Store, dsn: str) -> None:
+    """A claim that caps t holds t's row and its returns lock exclusively while it waits for
+    other finishes (settle_capped). A finish of t must not wait for that lock: waiting, it
+    would hold what the claim may wait for (the finish's row locks can wait a moment, decision
+    018), a deadlock. It leaves its slot marked `capped`, which the next claim folds."""
+    store.set_tenants([], defaults=(1.0, 100))
+    fill(store, {"t": 3})
+    got = store.claim(get_policy("weighted"), queue="default", batch=1, worker="w")
+    assert len(got) == 1
+    with psycopg.connect(dsn) as claim:
+        claim.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 't' "
+                      "FOR NO KEY UPDATE")
+        claim.execute("SELECT pg_advisory_xact_lock(1718710899, "
+                      "fairq.returns_lock('default', 't'))")
+        _finish_in_thread(store, got)
+        assert sql_rows(dsn, "SELECT n, capped FROM fairq.slot_returns") == [(1, True)]
+        claim.rollback()
+    more = store.claim(get_policy("weighted"), queue="default", batch=1, worker="w")
+    assert len(more) == 1
+    assert _row(dsn) == (1, 1, 0)  # folded by the next claim
+    assert running_mismatch(dsn) == []
+
+
 @pytest.mark.parametrize("policy", [*FAIR, "fifo"])
 def test_a_slot_given_back_to_a_capped_tenant_is_folded_by_the_next_claims(
         store: Store, dsn: str, policy: str) -> None:

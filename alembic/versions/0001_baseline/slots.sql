@@ -13,13 +13,13 @@
 -- unseen: a claim that takes a tenant to its cap would not see a finish that has not
 -- committed, and the tenant would then leave the runnable index with a slot free and nobody
 -- to fold it. The two meet on an advisory lock per (queue, tenant) (`returns_lock`): a
--- finish holds it shared from before it reads whether the tenant is capped until it commits,
--- and a claim that caps a tenant takes it exclusively (waiting for those finishes) and then
--- folds again in a fresh snapshot. A finish that finds the tenant capped marks its slot
--- `capped`, and the queue's next claim folds it before its walk (fold_capped). Both take the
--- locks in key order, and neither waits for anything else while holding them, so they cannot
--- wait in a cycle; a claim waits for them holding tenant rows, which no finish waits for
--- while holding one of these locks.
+-- finish takes it shared if it is free, after its row locks, and holds it from before it reads
+-- whether the tenant is capped until it commits; a claim that caps a tenant takes it
+-- exclusively (waiting for those finishes) and then folds again in a fresh snapshot. A finish
+-- that finds the tenant capped, or finds the lock taken or asked for by such a claim, marks
+-- its slot `capped`, and the queue's next claim folds it before its walk (fold_capped). A
+-- finish never waits for the lock, and holding it waits for nothing, so a claim's wait for it
+-- always ends.
 
 -- The advisory lock key of a (queue, tenant)'s slot returns: class 1718710899 ('fqrs'), the
 -- hash of the pair. Two pairs with one hash share a lock: an extra wait, never a wrong count.
@@ -212,18 +212,23 @@ $$;
 -- the seconds its jobs ran minus the seconds the claims charged them (jobs.charged_s), added
 -- to an active tenant's virtual time over its effective weight (an idle one's is dropped: it
 -- comes back at V with a bounded debt, vtime.sql); `run_counts` of its jobs ran for
--- `run_means` seconds on average, which move its expected run time (run_average). NULL arrays: none. Returns how many tenant rows it
--- wrote.
+-- `run_means` seconds on average, which move its expected run time (run_average). NULL
+-- arrays: none. Returns how many tenant rows it wrote.
 --
--- 1. Tenants that wake (a requeued job or a retry): their rows written in (queue, tenant)
---    order, one UPDATE each, waiting for them. Each UPDATE is a statement of its own, so its
---    snapshot is taken when it starts and it reaches the row through its newest committed
---    version, locking it once. (Locked and then updated by one statement, a row that changed
---    after that statement's snapshot is reached twice, and the second time waits behind any
---    claim queued on the older version, which waits for this transaction: a deadlock.)
--- 2. The others: returns_lock shared, in key order; then each row locked at once if free
---    (SKIP LOCKED) and written, or else the slot left in slot_returns, marked `capped` when
---    the tenant is at its cap in a snapshot taken after the lock.
+-- 1. Every tenant's row locked in (queue, tenant) order, by one statement: the rows of tenants
+--    that wake (a requeued job or a retry) waited for, the others taken only if free (SKIP
+--    LOCKED). Even SKIP LOCKED may wait a moment: when the transaction holding the row ends
+--    just as it is asked, PostgreSQL locks the newer versions of the row too and waits for
+--    whoever holds those (docs/decisions/018-skip-locked-can-wait.md). So every lock here is
+--    taken in key order, before anything a claim waits for.
+-- 2. The rows locked, written by one UPDATE of its own that reaches them by ctid, through the
+--    newest version the lock followed (locked and then updated by one statement, a row that
+--    changed after that statement's snapshot is reached twice, and the second time waits
+--    behind any claim queued on the older version, which waits for this transaction).
+-- 3. The slots of rows another transaction holds, left in slot_returns: returns_lock taken
+--    shared if it is free, and the slot marked `capped` when the tenant is at its cap in a
+--    snapshot taken after that lock, or when a claim capping the tenant holds the lock or
+--    waits for it (the queue's next claim folds it). A finish never waits for that lock.
 CREATE FUNCTION {schema}.return_slots(queues text[], tenants text[], counts int[],
                                       due_now bool[], retry_ats timestamptz[],
                                       corrections float8[] DEFAULT NULL,
@@ -231,95 +236,90 @@ CREATE FUNCTION {schema}.return_slots(queues text[], tenants text[], counts int[
                                       run_means float8[] DEFAULT NULL) RETURNS int
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    r record;
     written int := 0;
-    k int;
     l_q text[];
     l_t text[];
     l_n int[];
+    l_req bool[];
+    l_retry timestamptz[];
     l_corr float8[];
     l_runs int[];
     l_sum float8[];
+    l_wake bool[];
     h_rows tid[];
-    held int;
+    busy int[];
 BEGIN
-    IF due_now IS NOT NULL OR retry_ats IS NOT NULL THEN
-        FOR r IN SELECT x.queue, x.tenant, x.n, coalesce(x.requeued, false) AS requeued,
-                        x.retry_at, coalesce(x.corr, 0.0) AS corr, coalesce(x.runs, 0) AS runs,
-                        x.mean
-                 FROM unnest(queues, tenants, counts, due_now, retry_ats, corrections,
-                             run_counts, run_means)
-                     AS x(queue, tenant, n, requeued, retry_at, corr, runs, mean)
-                 WHERE x.tenant IS NOT NULL AND (x.requeued OR x.retry_at IS NOT NULL)
-                 ORDER BY x.queue, x.tenant
-        LOOP
-            UPDATE {schema}.tenant_schedule ts
-            SET running = ts.running - r.n,
-                active = ts.active OR r.requeued,
-                vtime = CASE WHEN NOT ts.active AND r.requeued
-                             THEN greatest({schema}.queue_vtime(ts.queue),
-                                           least(ts.vtime, {schema}.queue_vtime(ts.queue)
-                                                           + greatest(1.0, 1.0 / ts.weight)))
-                             WHEN ts.active AND r.corr <> 0.0
-                             THEN ts.vtime + r.corr / {schema}.eff_weight(ts)
-                             ELSE ts.vtime END,
-                wake_at = CASE WHEN r.requeued THEN NULL
-                               WHEN NOT ts.active AND r.retry_at IS NOT NULL
-                               THEN least(ts.wake_at, r.retry_at)
-                               ELSE ts.wake_at END,
-                avg_run_s = {schema}.run_average(ts.avg_run_s, r.runs, r.mean * r.runs)
-            WHERE ts.queue = r.queue AND ts.tenant = r.tenant;
-            written := written + 1;
-        END LOOP;
-    END IF;
-
-    -- 2. The rest, in lock key order, one statement: each tenant's lock taken shared, in that
-    -- order (a volatile call, made as the sorted rows come), and its row locked if it is free
-    -- (SKIP LOCKED: nothing waits for a row while holding these locks). h_rows: the rows it
-    -- locked, NULL where another transaction holds the row.
-    SELECT array_agg(x.queue), array_agg(x.tenant), array_agg(x.n), array_agg(x.corr),
-           array_agg(x.runs), array_agg(x.run_sum), array_agg(y.ctid)
-    INTO l_q, l_t, l_n, l_corr, l_runs, l_sum, h_rows
-    FROM (SELECT x.*, pg_catalog.pg_advisory_xact_lock_shared(1718710899, x.k) IS NULL AS unlocked
-          FROM (SELECT x.queue, x.tenant, x.n, coalesce(x.corr, 0.0) AS corr,
-                       coalesce(x.runs, 0) AS runs, coalesce(x.mean * x.runs, 0.0) AS run_sum,
-                       {schema}.returns_lock(x.queue, x.tenant) AS k
-                FROM unnest(queues, tenants, counts, due_now, retry_ats, corrections,
-                            run_counts, run_means)
-                    AS x(queue, tenant, n, requeued, retry_at, corr, runs, mean)
-                WHERE x.tenant IS NOT NULL
-                  AND NOT (coalesce(x.requeued, false) OR x.retry_at IS NOT NULL)
-                ORDER BY 7, 1, 2 OFFSET 0) x) x
+    -- 1. Rows in (queue, tenant) order: the sorted list is the outer side of a nested loop,
+    -- and each lateral lock is taken as its row comes. h_rows: the rows locked, NULL where
+    -- another transaction holds the row (or a waking tenant's row is gone).
+    SELECT array_agg(x.queue), array_agg(x.tenant), array_agg(x.n), array_agg(x.requeued),
+           array_agg(x.retry_at), array_agg(x.corr), array_agg(x.runs), array_agg(x.run_sum),
+           array_agg(x.wakes), array_agg(coalesce(w.ctid, f.ctid))
+    INTO l_q, l_t, l_n, l_req, l_retry, l_corr, l_runs, l_sum, l_wake, h_rows
+    FROM (SELECT x.queue, x.tenant, x.n, coalesce(x.requeued, false) AS requeued, x.retry_at,
+                 coalesce(x.corr, 0.0) AS corr, coalesce(x.runs, 0) AS runs,
+                 coalesce(x.mean * x.runs, 0.0) AS run_sum,
+                 coalesce(x.requeued, false) OR x.retry_at IS NOT NULL AS wakes
+          FROM unnest(queues, tenants, counts, due_now, retry_ats, corrections, run_counts,
+                      run_means)
+              AS x(queue, tenant, n, requeued, retry_at, corr, runs, mean)
+          WHERE x.tenant IS NOT NULL
+          ORDER BY x.queue, x.tenant OFFSET 0) x
     LEFT JOIN LATERAL (
         SELECT ts.ctid FROM {schema}.tenant_schedule ts
-        WHERE ts.queue = x.queue AND ts.tenant = x.tenant AND NOT x.unlocked  -- after the lock
-        FOR NO KEY UPDATE OF ts SKIP LOCKED) y ON true;
+        WHERE ts.queue = x.queue AND ts.tenant = x.tenant AND x.wakes
+        FOR NO KEY UPDATE OF ts) w ON true
+    LEFT JOIN LATERAL (
+        SELECT ts.ctid FROM {schema}.tenant_schedule ts
+        WHERE ts.queue = x.queue AND ts.tenant = x.tenant AND NOT x.wakes
+        FOR NO KEY UPDATE OF ts SKIP LOCKED) f ON true;
     IF l_q IS NULL THEN
-        RETURN written;
+        RETURN 0;
     END IF;
-    held := cardinality(array_remove(h_rows, NULL));
-    IF held > 0 THEN
-        -- A statement of its own, by the ctids just locked (a Tid Scan): it reaches the rows
-        -- through their newest version.
+    -- 2. The rows locked. A tenant that wakes: active again at the queue's virtual time (with
+    -- its bounded debt) for a requeued job, its wake-up moved to its earliest retry if idle.
+    IF cardinality(array_remove(h_rows, NULL)) > 0 THEN
         UPDATE {schema}.tenant_schedule ts
         SET running = ts.running - x.n,
-            vtime = CASE WHEN ts.active AND x.corr <> 0.0
-                         THEN ts.vtime + x.corr / {schema}.eff_weight(ts) ELSE ts.vtime END,
+            active = ts.active OR x.requeued,
+            vtime = CASE WHEN NOT ts.active AND x.requeued
+                         THEN greatest({schema}.queue_vtime(ts.queue),
+                                       least(ts.vtime, {schema}.queue_vtime(ts.queue)
+                                                       + greatest(1.0, 1.0 / ts.weight)))
+                         WHEN ts.active AND x.corr <> 0.0
+                         THEN ts.vtime + x.corr / {schema}.eff_weight(ts)
+                         ELSE ts.vtime END,
+            wake_at = CASE WHEN x.requeued THEN NULL
+                           WHEN NOT ts.active AND x.retry_at IS NOT NULL
+                           THEN least(ts.wake_at, x.retry_at)
+                           ELSE ts.wake_at END,
             avg_run_s = {schema}.run_average(ts.avg_run_s, x.runs, x.run_sum)
-        FROM unnest(h_rows, l_n, l_corr, l_runs, l_sum) AS x(row_, n, corr, runs, run_sum)
+        FROM unnest(h_rows, l_n, l_req, l_retry, l_corr, l_runs, l_sum)
+            AS x(row_, n, requeued, retry_at, corr, runs, run_sum)
         WHERE ts.ctid = x.row_;
-        GET DIAGNOSTICS k = ROW_COUNT;
-        written := written + k;
+        GET DIAGNOSTICS written = ROW_COUNT;
     END IF;
-    IF held < cardinality(l_q) THEN
-        -- A statement after the locks: it reads whether each tenant is capped as of now.
+    -- 3. The rows held elsewhere: the locks tried in key order (no wait), then a statement
+    -- after them reads whether each tenant is capped as of now.
+    IF EXISTS (SELECT FROM unnest(h_rows, l_wake) AS x(row_, wakes)
+               WHERE x.row_ IS NULL AND NOT x.wakes) THEN
+        WITH k AS (
+            SELECT x.k, pg_catalog.pg_try_advisory_xact_lock_shared(1718710899, x.k) AS got
+            FROM (SELECT DISTINCT {schema}.returns_lock(x.q, x.t) AS k
+                  FROM unnest(l_q, l_t, h_rows, l_wake) AS x(q, t, row_, wakes)
+                  WHERE x.row_ IS NULL AND NOT x.wakes
+                  ORDER BY 1 OFFSET 0) x
+        )
+        SELECT array_agg(k.k) FILTER (WHERE NOT k.got) INTO busy FROM k;
         INSERT INTO {schema}.slot_returns (queue, tenant, n, corr, runs, run_sum, capped)
         SELECT x.q, x.t, x.n, x.corr, x.runs, x.run_sum,
-               coalesce((SELECT ts.running >= ts.max_running FROM {schema}.tenant_schedule ts
-                         WHERE ts.queue = x.q AND ts.tenant = x.t), false)
-        FROM unnest(l_q, l_t, l_n, l_corr, l_runs, l_sum, h_rows)
-            AS x(q, t, n, corr, runs, run_sum, row_)
-        WHERE x.row_ IS NULL;
+               {schema}.returns_lock(x.q, x.t) = ANY (coalesce(busy, '{}'))
+               OR coalesce((SELECT ts.running >= ts.max_running
+                            FROM {schema}.tenant_schedule ts
+                            WHERE ts.queue = x.q AND ts.tenant = x.t), false)
+        FROM unnest(l_q, l_t, l_n, l_corr, l_runs, l_sum, h_rows, l_wake)
+            AS x(q, t, n, corr, runs, run_sum, row_, wakes)
+        WHERE x.row_ IS NULL AND NOT x.wakes;
     END IF;
     RETURN written;
 END
