@@ -508,20 +508,24 @@ def test_listener_relistens_after_reconnect(app: fairq.App, dsn: str) -> None:
 
 def test_a_stuck_finish_does_not_stop_claiming_or_other_finishes(
         app: fairq.App, dsn: str, caplog: pytest.LogCaptureFixture) -> None:
-    """Finishes are written by their own thread: while tenant a's finish waits on a lock held
+    """Finishes are written by their own thread: while tenant a's failure waits on a lock held
     elsewhere, the claimer keeps running tenant b's jobs, and once a's statement gave up
-    (lock_timeout) b's finishes go through without it; a's job is done once the lock goes."""
+    (lock_timeout) b's finishes go through without it; a's failure is written once the lock
+    goes."""
     ran: list[str] = []
     lock = threading.Lock()
     inside, release = threading.Event(), threading.Event()
 
     @app.task(name="t")
     def t(job: fairq.Job) -> None:
-        if job.tenant == "a":
-            inside.set()
-            release.wait(30)
-        with lock:
-            ran.append(job.tenant)
+        try:
+            if job.tenant == "a":
+                inside.set()
+                release.wait(30)
+                raise RuntimeError("a fails, to be retried")
+        finally:
+            with lock:
+                ran.append(job.tenant)
 
     rec = Recorder()
     app.enqueue("t", tenant="a")
@@ -530,10 +534,10 @@ def test_a_stuck_finish_does_not_stop_claiming_or_other_finishes(
     with psycopg.connect(dsn) as blocker:
         try:
             assert inside.wait(30)
-            # The lock a claim holds while it waits for the open finishes of a tenant it takes
-            # to its cap (slots.sql): a's finish now waits for it.
-            blocker.execute("SELECT pg_advisory_xact_lock(1718710899, "
-                            "fairq.returns_lock('default', 'a'))")
+            # a's failure is retried, so its tenant wakes for the retry: the finish waits for
+            # a's schedule row (slots.sql), which this transaction holds as a claim would.
+            blocker.execute("SELECT 1 FROM fairq.tenant_schedule WHERE tenant = 'a' "
+                            "FOR NO KEY UPDATE")
             release.set()
             rec.wait_for(lambda r: ran.count("a") == 1)
             lease = "SELECT locked_until FROM fairq.jobs WHERE tenant = 'a'"
@@ -549,13 +553,13 @@ def test_a_stuck_finish_does_not_stop_claiming_or_other_finishes(
                 after = c.execute(lease).fetchone()             # heartbeats, but the finisher's
             assert before is not None and after is not None and after[0] > before[0]
             blocker.rollback()
-            rec.wait_for(lambda r: sum(1 for f in r.finishes if f[2] == "done") == 6)
+            rec.wait_for(lambda r: sum(1 for f in r.finishes if f[2] == "retry") == 1)
         finally:
             release.set()
             blocker.rollback()
             w.stop()
             th.join(30)
-    assert statuses(dsn) == {"done": 6}
+    assert statuses(dsn) == {"done": 5, "queued": 1}
 
 
 @pytest.mark.parametrize("pooler", [False, True])
