@@ -67,6 +67,10 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--grace-period", type=number("grace-period", minimum=0), metavar="S",
                    help="on SIGTERM, let running jobs finish for S seconds before handing them "
                    "back (default 30; keep the supervisor's kill timeout above it)")
+    p.add_argument("--reap-grace", type=number("reap-grace", minimum=0, maximum=MAX_SECONDS),
+                   metavar="S", help="after a lost database connection, return expired leases "
+                   "only once this process has been connected again for S seconds, so live "
+                   "workers renew theirs first (default 5; docs/reliability.md)")
     p.add_argument("--durable-finishes", action="store_true",
                    help="commit each finish with the WAL flushed (default: a database crash may "
                         "undo the last finishes, which then run again; never a lost job)")
@@ -142,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         options["poll_interval"] = args.poll_interval
     if args.time_half_life is not None:
         options["time_half_life"] = args.time_half_life
+    if args.reap_grace is not None:
+        options["reap_grace"] = args.reap_grace
     if args.metrics_port is not None:
         from fairq.metrics import start_worker_metrics  # prometheus_client only when asked
 

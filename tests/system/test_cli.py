@@ -219,6 +219,8 @@ def test_prune_deletes_only_old_finished_jobs(
         ["worker", "somewhere:app", "--concurrency", "0"],
         ["worker", "somewhere:app", "--batch", "0"],
         ["worker", "somewhere:app", "--claim-ahead", "-1"],
+        ["worker", "somewhere:app", "--reap-grace", "-1"],
+        ["worker", "somewhere:app", "--reap-grace", "soon"],
         ["tenants", "apply", "/nonexistent/tenants.toml"],
         ["job", "abc"],
         ["job", "0"],
@@ -436,6 +438,34 @@ def test_worker_target_must_name_an_app(
         code, _, err = run(capsys, "--dsn", dsn, "worker", target)
         assert code == 2, (target, err)
         one_line(err)
+
+
+def test_worker_hands_its_options_to_the_worker(
+    capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flags reach WorkerSettings under their own names; unset ones keep its defaults."""
+    (tmp_path / "opts_mod.py").write_text("import fairq\napp = fairq.App()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[dict[str, object]] = []
+
+    class Stub:
+        def run(self, until_empty: bool = False) -> None:
+            seen[-1]["until_empty"] = until_empty
+
+    def worker(self: fairq.App, **options: object) -> Stub:
+        seen.append(options)
+        return Stub()
+
+    monkeypatch.setattr(fairq.App, "worker", worker)
+    code, _, err = run(capsys, "--dsn", dsn, "worker", "opts_mod:app", "--reap-grace", "0.5",
+                       "--grace-period", "7", "--until-empty")
+    assert code == 0, err
+    assert seen[0]["reap_grace"] == 0.5 and seen[0]["grace_period"] == 7.0
+    assert seen[0]["until_empty"] is True
+    code, _, err = run(capsys, "--dsn", dsn, "worker", "opts_mod:app", "--until-empty")
+    assert code == 0, err
+    assert "reap_grace" not in seen[1] and "grace_period" not in seen[1]
 
 
 def test_worker_until_empty_runs_the_jobs(dsn: str, tmp_path: Path) -> None:
