@@ -13,7 +13,7 @@ import os
 from sqlalchemy import create_engine, pool, text
 
 from alembic import context
-from fairq.schema import DEFAULT_SCHEMA, build_metadata, validate_schema_name
+from fairq.schema import DEFAULT_SCHEMA, validate_schema_name
 
 config = context.config
 xargs = context.get_x_argument(as_dictionary=True)
@@ -23,7 +23,9 @@ schema = validate_schema_name(
     or os.environ.get("FAIRQ_SCHEMA")
     or DEFAULT_SCHEMA
 )
-target_metadata = build_metadata(schema)
+# No SQLAlchemy metadata: the engine's truth is SQL (fairq/sql/engine/), and
+# scripts/draft-migration drafts a migration from the catalog's difference, not autogenerate.
+target_metadata = None
 VERSION_TABLE = "alembic_version"
 
 

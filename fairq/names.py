@@ -1,6 +1,6 @@
 """The schema name: its default and the rule it must follow.
 
-Apart from ``fairq.schema`` (the tables, which needs SQLAlchemy) so that the statement loader, the
+Apart from ``fairq.schema`` (where the engine SQL is) so that the statement loader, the
 configuration and ``import fairq`` stay free of SQLAlchemy.
 """
 
