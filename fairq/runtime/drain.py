@@ -19,7 +19,7 @@ from fairq.runtime.finisher import Finisher
 from fairq.runtime.heartbeats import Heartbeats
 from fairq.runtime.maintenance import reap_and_report
 from fairq.runtime.slots import Slots
-from fairq.runtime.state import Completion, Shared, log
+from fairq.runtime.state import Running, Shared, log
 from fairq.store import Store
 from fairq.store.errors import DatabaseError, PoolTimeout
 from fairq.store.workers import expired_lease_exists
@@ -104,15 +104,12 @@ class Drain:
             left = list(sh.inflight.values())
             sh.inflight.clear()
         if left:
-            log.warning("grace period of %.0fs over: handing back %d running job(s)",
+            log.warning("grace period of %gs over: handing back %d running job(s); their "
+                        "handlers go on running in this process until it exits",
                         grace_period, len(left))
             sh.stats.abandoned += len(left)
-            err = f"worker {self.worker_id} stopped: grace period of {grace_period:g}s exceeded"
-            with sh.lock:
-                sh.completions.extend(Completion(r.job, err, time.monotonic() - r.started, 0.0)
-                                      for r in left)
             self._retry_until(time.monotonic() + 5.0,
-                              lambda: self.finisher.finish_completions(store))
+                              lambda: self._hand_back(store, left, grace_period))
 
     def _finish_and_heartbeat(self, store: Store) -> None:
         self.finisher.finish_completions(store)
@@ -123,6 +120,36 @@ class Drain:
                                            started=[j.started_at for j in jobs])
         self.shared.stats.released += len(released)
         log.info("handed back %d claimed job(s) that had not started", len(released))
+
+    def _hand_back(self, store: Store, left: list[Running], grace_period: float) -> None:
+        """Hand back jobs still running after the grace period (jobs.sql, hand_back_running):
+        queued again with the interrupted attempt not counted, unless the previous stop
+        interrupted them too. Their handlers are not stopped (a thread cannot be); what they do
+        from now on is written nowhere: their completions are dropped (Slots.complete), and
+        ``job.lease_lost`` tells a handler that looks that the attempt is no longer its own."""
+        now = time.monotonic()
+        note = f"worker {self.worker_id} stopped after a grace period of {grace_period:g}s"
+        outcomes = store.hand_back_running([(r.job.id, r.job.attempt) for r in left],
+                                           [note] * len(left), [now - r.started for r in left],
+                                           started=[r.job.started_at for r in left])
+        for r in left:
+            r.job.lease_lost = True
+            outcome = outcomes.get(r.job.id, "lease_lost")
+            if outcome == "handed_back":
+                continue
+            # A counted attempt is a finish as the metrics see it; so is one no longer ours.
+            self.shared.count(outcome)
+            self.observer.on_finish(r.job.claimed, outcome, now - r.started)
+            if outcome == "lease_lost":
+                log.warning("job %d attempt %d: lease lost before it was handed back; nothing "
+                            "changed", r.job.id, r.job.attempt)
+            else:
+                log.warning("job %d handed back with attempt %d of %d counted (%s): the previous "
+                            "stop interrupted it too", r.job.id, r.job.attempt,
+                            r.job.max_attempts, "queued again" if outcome == "retry"
+                            else "failed for good")
+        free = sum(1 for o in outcomes.values() if o == "handed_back")
+        log.info("handed back %d running job(s) without counting their attempt", free)
 
     def _retry_until(self, deadline: float, action: Callable[[], object]) -> None:
         """Run ``action`` until it succeeds or ``deadline`` passes (database errors only)."""

@@ -158,6 +158,62 @@ slots AS (
 )
 SELECT r.id FROM released r, slots;
 
+-- name: hand_back_running
+-- Hand back jobs a stopping worker was still running when its grace period ended (their
+-- handlers may go on running in that process until it exits): queued again at their old place
+-- (run_at kept: due at once, no retry backoff), the interrupted attempt undone as
+-- release_unstarted's, their tenants' slots given back and the tenants runnable again.
+-- last_error says so: 'handed back: ' and the worker's note (%(notes)s, one per job).
+-- The bound: a job whose last_error already starts with 'handed back: ' was interrupted by the
+-- previous stop too, and nothing has finished or failed it since (every finish, failure and
+-- reap writes last_error; a done job keeps it, but is never handed back again). Its attempt
+-- is counted this time: queued again with it, or failed for good at max_attempts. So the
+-- first interruption in a row is free and the following ones are not: a job that every
+-- deploy interrupts fails after max_attempts + 1 stops in a row instead of looping for ever.
+-- run_seconds: as finish_done's. Policy time: the job did run, for run_seconds, and its
+-- tenant is charged that time (the correction is the time run minus the claim's charge, as a
+-- failure's), not given the charge back as release_unstarted does: worker time a tenant used
+-- is not free because a deploy cut it short, and its next claim charges the job again. Its
+-- expected run time does not move: a run cut short says nothing of how long its jobs take.
+-- Fenced like every finish; locked in id order as they are.
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(notes)s::text[],
+                         %(run_seconds)s::float8[], %(started)s::timestamptz[])
+        AS i(id, attempts, note, run_s, started)
+    ORDER BY i.id
+),
+handed AS (
+    UPDATE {schema}.jobs j
+    SET status = CASE WHEN starts_with(j.last_error, 'handed back: ')
+                       AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+        attempts = CASE WHEN starts_with(j.last_error, 'handed back: ') THEN j.attempts
+                        ELSE j.attempts - 1 END,
+        finished_at = CASE WHEN starts_with(j.last_error, 'handed back: ')
+                            AND j.attempts >= j.max_attempts THEN now() END,
+        last_error = 'handed back: ' || coalesce(i.note, 'its worker stopped')
+                     || CASE WHEN starts_with(j.last_error, 'handed back: ')
+                             THEN format('; attempt %%s of %%s counted (stopped twice in a row)',
+                                         j.attempts, j.max_attempts)
+                             ELSE '' END,
+        locked_until = NULL, locked_by = NULL
+    FROM input i
+    WHERE j.id = i.id AND j.status = 'running' AND j.attempts = i.attempts
+      AND (i.started IS NULL OR j.started_at = i.started)
+    RETURNING j.id, j.queue, j.tenant, j.status, j.attempts = i.attempts AS counted,
+              j.charged_s,
+              greatest(1e-6::float8, coalesce(
+                  i.run_s, extract(epoch FROM now() - j.started_at)::float8)) AS ran
+),
+-- A tenant with a job queued again is runnable again.
+slots AS (
+    SELECT {schema}.return_slots(array_agg(p.queue), array_agg(p.tenant), array_agg(p.n),
+                                 array_agg(p.requeued), NULL, array_agg(p.corr)) AS written
+    FROM (SELECT h.queue, h.tenant, count(*)::int AS n, bool_or(h.status = 'queued') AS requeued,
+                 coalesce(sum(h.ran - h.charged_s), 0.0) AS corr
+          FROM handed h GROUP BY 1, 2) p
+)
+SELECT h.id, h.status, h.counted FROM handed h, slots;
+
 -- name: reap_expired
 -- Return running jobs whose lease expired to the queue, or fail them at max_attempts, and
 -- give their tenants' slots back. SKIP LOCKED: a worker finishing one of them right now wins.
