@@ -171,6 +171,37 @@ class TenantConfig:
     rate: float | None = None
     burst: int | None = None
     group: str | None = None  # None: the group 'default'
+    # The settings' version: 1 when first written, one more at every change (a trigger on the
+    # tenants table counts it, whoever writes); 0 for a tenant without settings of its own.
+    # A person's edit names the version it showed (``expected_version``) and is refused when
+    # another change came in between.
+    version: int = 0
+
+
+# The fields a TenantPatch can set, in the order they are shown.
+PATCH_FIELDS = ("weight", "max_running", "rate", "burst", "group")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantPatch:
+    """A change to one tenant's settings: the fields it names and nothing else (the others keep
+    whatever they hold when the change is applied, by one statement in the database, so two
+    operators changing different fields never undo each other). Built by
+    ``fairq.validation.tenant_patch`` from every surface (API, CLI, console, tenants file), which
+    checks each value; ``rate=None`` in ``fields`` removes the limit, ``group=None`` puts the
+    tenant back in the group 'default'."""
+
+    tenant: str
+    fields: frozenset[str]
+    weight: float | None = None
+    max_running: int | None = None
+    rate: float | None = None
+    burst: int | None = None
+    group: str | None = None
+
+    def sets(self, name: str) -> bool:
+        """Whether the patch names ``name`` (a field of PATCH_FIELDS)."""
+        return name in self.fields
 
 
 @dataclass(slots=True)

@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fairq.errors import InvalidInput
+from fairq.models import PATCH_FIELDS, TenantConfig, TenantPatch
 
 MAX_NAME = 200  # tenant, queue and task names (characters)
 # Payload limits, checked at enqueue (docs/reliability.md), the same in the SQL enqueue
-# (alembic/versions/0001_baseline/enqueue.sql). The depth is the nesting of arrays and objects (a scalar is
+# (fairq/sql/engine/enqueue.sql). The depth is the nesting of arrays and objects (a scalar is
 # depth 0, ``[]`` and ``{}`` depth 1): far below the ~1,000 levels at which Python's json module
 # raises RecursionError, so every accepted payload decodes in the worker. The size is of the JSON
 # text as UTF-8.
@@ -304,3 +306,93 @@ def delay_seconds(delay: Any) -> float | None:
     if f < 0 or f > 10 * 365 * 86400:
         raise InvalidInput(f"delay must be between 0 and 10 years in seconds, not {delay!r}")
     return f
+
+
+# -- numbers typed as text, and tenant patches ----------------------------------------------
+# Text a person typed (the CLI, the console's form, a JSON string): ASCII digits only, with an
+# optional sign, point and exponent. Python's float() and int() also take "5_0" (50), other
+# scripts' digits ("١٢" is 12) and "nan"/"inf": each surface would accept a different language.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_TEXT_SHOWN = 40  # characters of a refused text a message shows
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= _TEXT_SHOWN else text[:_TEXT_SHOWN] + "...")
+
+
+def parse_number(kind: str, text: str) -> float:
+    """A decimal number from text, strictly (see _DECIMAL); surrounding spaces allowed."""
+    t = text.strip(" \t")
+    if len(t) > 100 or not _DECIMAL.fullmatch(t):
+        raise InvalidInput(f"{kind} must be a number, not {_shown(text)}")
+    return float(t)
+
+
+def parse_integer(kind: str, text: str) -> int:
+    """A whole number from text, strictly (ASCII digits, an optional sign)."""
+    t = text.strip(" \t")
+    if len(t) > 20 or not _INTEGER.fullmatch(t):
+        raise InvalidInput(f"{kind} must be a whole number, not {_shown(text)}")
+    return int(t)
+
+
+def _typed(kind: str, value: Any, *, integer_: bool, text: bool) -> Any:
+    if text and isinstance(value, str):
+        return parse_integer(kind, value) if integer_ else parse_number(kind, value)
+    return value
+
+
+NO_RATE = "unlimited"  # the text that removes a rate limit (CLI, console, tenants file)
+DEFAULT_GROUP = "default"  # the group of tenants without one
+
+
+def tenant_patch(tenant: Any, values: Mapping[str, Any], *, text: bool = False) -> TenantPatch:
+    """The one check of a change to a tenant's settings, from every surface: ``values`` names
+    the fields to change (PATCH_FIELDS; any other key is refused) with their new values.
+    ``rate`` None or 'unlimited' removes the limit; ``group`` None or 'default' puts the
+    tenant back in the group 'default'; ``burst`` needs a rate (the patch's or the tenant's,
+    checked where it is applied). ``text``: numbers may come as text (a form, the CLI) and are
+    parsed strictly."""
+    t = name("tenant", tenant)
+    unknown = sorted(str(k) for k in values if k not in PATCH_FIELDS)
+    if unknown:
+        raise InvalidInput(f"unknown tenant setting(s) {', '.join(map(repr, unknown))}: "
+                           f"the settings are {', '.join(PATCH_FIELDS)}")
+    if not values:
+        raise InvalidInput(f"give at least one of {', '.join(PATCH_FIELDS)}")
+    out: dict[str, Any] = {}
+    if "weight" in values:
+        out["weight"] = weight(_typed("weight", values["weight"], integer_=False, text=text))
+    if "max_running" in values:
+        out["max_running"] = max_running(
+            _typed("max_running", values["max_running"], integer_=True, text=text))
+    if "rate" in values:
+        r = values["rate"]
+        if r is None or (isinstance(r, str) and r.strip().lower() == NO_RATE):
+            out["rate"] = None
+        else:
+            out["rate"] = rate(_typed("rate", r, integer_=False, text=text))
+    if "burst" in values:
+        b = values["burst"]
+        if b is None or (text and isinstance(b, str) and not b.strip()):
+            if out.get("rate", 0) is not None:
+                raise InvalidInput("burst must be a whole number from 1 to "
+                                   f"{MAX_BURST} (no burst: only without a rate)")
+            out["burst"] = None
+        else:
+            out["burst"] = burst(_typed("burst", b, integer_=True, text=text))
+            if "rate" in out and out["rate"] is None:
+                raise InvalidInput("burst needs a rate (jobs per second), not rate unlimited")
+    if "group" in values:
+        g = values["group"]
+        out["group"] = None if g is None or g == DEFAULT_GROUP else name("group", g)
+    return TenantPatch(t, frozenset(out), **out)
+
+
+def patch_of(config: TenantConfig) -> TenantPatch:
+    """A patch that sets every field to ``config``'s (a tenants file names a tenant's whole
+    settings)."""
+    return TenantPatch(config.tenant, frozenset(PATCH_FIELDS), weight=config.weight,
+                       max_running=config.max_running, rate=config.rate, burst=config.burst,
+                       group=config.group)

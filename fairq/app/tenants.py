@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any, overload
 
 from fairq import validation as v
 from fairq.errors import InvalidInput
-from fairq.models import GroupConfig, TenantConfig, TenantDefaults, TenantExplanation
+from fairq.models import (
+    GroupConfig,
+    TenantConfig,
+    TenantDefaults,
+    TenantExplanation,
+    TenantPatch,
+)
 
 if TYPE_CHECKING:
     from fairq.app.application import App
@@ -43,42 +49,38 @@ class Tenants:
 
     def set(self, tenant: str, *, weight: float | None = None,
             max_running: int | None = None, rate: float | _Keep | None = KEEP,
-            burst: int | _Keep | None = KEEP, group: str | _Keep | None = KEEP) -> TenantConfig:
-        """Set a tenant's weight, cap and/or rate limit; unset fields keep their current value.
+            burst: int | _Keep | None = KEEP, group: str | _Keep | None = KEEP,
+            expected_version: int | None = None) -> TenantConfig:
+        """Change the named settings of a tenant; the others keep whatever they hold when the
+        change is applied (one statement in the database: two operators changing different
+        fields never undo each other). Returns the tenant's settings as they now are.
 
         ``rate`` is jobs started per second in each queue (``rate=None`` removes the limit) and
         ``burst`` how many may start at once after idling (default: one second's worth).
         ``group`` is a group made with ``app.groups.set`` (None: the group 'default').
+        ``expected_version``: the settings' version the change was made from (a form that
+        showed ``TenantConfig.version``; 0: no settings of its own): refused with
+        ``InvalidInput`` ("changed meanwhile by another operator: reload") when it is not the
+        version in force.
         """
-        v.name("tenant", tenant)
-        new_weight = v.weight(weight) if weight is not None else None  # checked before any query
-        new_cap = v.max_running(max_running) if max_running is not None else None
-        if rate is not KEEP and rate is not None:
-            v.rate(rate)
-        if burst is not KEEP and burst is not None:
-            v.burst(burst)
-        if group is not KEEP and group is not None:
-            v.name("group", group)
-            if group not in {g.name for g in self._app.store.list_groups()}:
-                raise InvalidInput(f"unknown group {group!r}: create it with groups.set first")
-        current = self._app.store.get_tenant(tenant)
-        new_rate = current.rate if rate is KEEP else rate
-        if burst is not KEEP:
-            new_burst = burst
-        elif new_rate is None or current.rate is None:
-            new_burst = None  # none without a rate; the default for a first rate
-        else:
-            new_burst = current.burst  # a new rate keeps the bucket's size
-        new_rate, new_burst = v.rate_limit(new_rate, new_burst)
-        new = TenantConfig(
-            tenant,
-            new_weight if new_weight is not None else current.weight,
-            new_cap if new_cap is not None else current.max_running,
-            rate=new_rate, burst=new_burst,
-            group=current.group if group is KEEP else group,
-        )
-        self._app.store.set_tenants([new])
-        return new
+        values: dict[str, Any] = {}
+        if weight is not None:
+            values["weight"] = weight
+        if max_running is not None:
+            values["max_running"] = max_running
+        for key, value in (("rate", rate), ("burst", burst), ("group", group)):
+            if value is not KEEP:
+                values[key] = value
+        return self.patch(v.tenant_patch(tenant, values), expected_version=expected_version)
+
+    def patch(self, patch: TenantPatch, *, expected_version: int | None = None) -> TenantConfig:
+        """Apply a patch built by ``fairq.validation.tenant_patch`` (what the CLI, the console
+        and the tenants file use); see ``set``."""
+        from fairq.store.settings import patch_tenant
+
+        if expected_version is not None:
+            v.integer("expected_version", expected_version, 0, 2**63 - 1)
+        return patch_tenant(self._app.store, patch, expected_version=expected_version)
 
     def get(self, tenant: str) -> TenantConfig:
         return self._app.store.get_tenant(v.name("tenant", tenant))
@@ -115,22 +117,33 @@ class Tenants:
         """Set what tenants without settings of their own get (a tenants file's ``[defaults]``);
         unset fields keep their current value. Effective from the next claim. Returns the new
         (weight, max_running, rate, burst)."""
+        from fairq.store.settings import apply_settings
+
         new_weight = v.weight(weight) if weight is not None else None
         new_cap = v.max_running(max_running) if max_running is not None else None
         if rate is not KEEP and rate is not None:
             v.rate(rate)
         if burst is not KEEP and burst is not None:
             v.burst(burst)
-        cur_weight, cur_cap, cur_rate, cur_burst = self._app.store.get_tenant_defaults()
-        new_rate = cur_rate if rate is KEEP else rate
-        new_burst = (cur_burst if new_rate is not None and cur_rate is not None else None) \
-            if burst is KEEP else burst
-        new_rate, new_burst = v.rate_limit(new_rate, new_burst)
-        defaults: TenantDefaults = (
-            new_weight if new_weight is not None else cur_weight,
-            new_cap if new_cap is not None else cur_cap, new_rate, new_burst)
-        self._app.store.set_tenants([], defaults=defaults)
-        return defaults
+        if rate is None and burst is not KEEP and burst is not None:
+            raise InvalidInput("burst needs a rate (jobs per second)")
+        result: list[TenantDefaults] = []
+
+        def merge(current: TenantDefaults) -> TenantDefaults:
+            """The change on the defaults in force, read under their lock."""
+            cur_weight, cur_cap, cur_rate, cur_burst = current
+            new_rate = cur_rate if rate is KEEP else rate
+            new_burst = (cur_burst if new_rate is not None and cur_rate is not None else None) \
+                if burst is KEEP else burst
+            new_rate, new_burst = v.rate_limit(new_rate, new_burst)
+            merged: TenantDefaults = (
+                new_weight if new_weight is not None else cur_weight,
+                new_cap if new_cap is not None else cur_cap, new_rate, new_burst)
+            result.append(merged)
+            return merged
+
+        apply_settings(self._app.store, [], merge)
+        return result[-1]
 
     def get_defaults(self) -> TenantDefaults:
         """(weight, max_running, rate, burst) of tenants without settings of their own."""

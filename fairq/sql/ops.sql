@@ -156,23 +156,12 @@ SELECT count(*) FILTER (WHERE status = 'queued') AS queued,
 FROM {schema}.jobs WHERE tenant = %(tenant)s AND status IN ('queued', 'running');
 
 -- name: restore_tenant_schedule
--- After a delete: schedule rows for any queued job of the tenant that committed around it (an
--- enqueue that was past its own row creation when the rows went), active at V as a new tenant.
-INSERT INTO {schema}.tenant_schedule AS ts (queue, tenant, weight, max_running, vtime, active,
-                                           rate, burst, tenant_group)
-SELECT p.queue, p.tenant, coalesce(t.weight, d.weight, 1.0),
-       coalesce(t.max_running, d.max_running, 10), {schema}.queue_vtime(p.queue), true,
-       CASE WHEN t.tenant IS NOT NULL THEN t.rate ELSE d.rate END,
-       CASE WHEN t.tenant IS NOT NULL THEN t.burst ELSE d.burst END, t.tenant_group
-FROM (SELECT DISTINCT q.queue, q.tenant FROM {schema}.jobs q
-      WHERE q.tenant = %(tenant)s AND q.status = 'queued') p
-LEFT JOIN {schema}.tenants t ON t.tenant = p.tenant
-LEFT JOIN (SELECT (value->>'weight')::float8 AS weight, (value->>'max_running')::int AS max_running,
-                  (value->>'rate')::float8 AS rate, (value->>'burst')::int AS burst
-           FROM {schema}.settings WHERE key = 'tenant_defaults') d ON true
-ORDER BY p.queue
-ON CONFLICT (queue, tenant) DO NOTHING
-RETURNING ts.queue;
+-- After a delete: schedule rows for any queued job of the tenant that committed around it, made
+-- as an enqueue makes them (ensure_schedule; the tenant's settings lock is held).
+SELECT {schema}.ensure_schedule(array_agg(p.queue), array_agg(p.tenant), array_agg(p.first_run))
+    AS made
+FROM (SELECT q.queue, q.tenant, min(q.run_at) AS first_run FROM {schema}.jobs q
+      WHERE q.tenant = %(tenant)s AND q.status = 'queued' GROUP BY 1, 2) p;
 
 -- name: delete_tenant_config
 -- The tenant's own weight and cap go; the defaults apply to it from the next claim.

@@ -37,6 +37,8 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.periodic TO {role};
 GRANT SELECT ON {schema}.tenant_groups TO {role};
 GRANT SELECT ON {schema}.group_schedule TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.refresh_groups(text) TO {role};
+-- The maintenance's repair of queued jobs without a schedule row (SECURITY DEFINER).
+GRANT EXECUTE ON FUNCTION {schema}.repair_schedule(integer) TO {role};
 -- The worker registry: its own row at start and at every beat, deleted at a clean stop, and the
 -- rows of workers gone for a day.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
@@ -87,3 +89,5 @@ GRANT INSERT (queue, tenant, weight, max_running, vtime, active),
       UPDATE (weight, max_running, rate, burst, tenant_group, tokens, refilled_at,
               throttled_seconds, throttled_since, wake_at, active, vtime)
     ON {schema}.tenant_schedule TO {role};
+-- A settings change takes its tenant's settings lock first (decision 020).
+GRANT EXECUTE ON FUNCTION {schema}.lock_settings(text[], boolean) TO {role};

@@ -65,8 +65,70 @@ WHERE NOT EXISTS (SELECT 1 FROM {schema}.tenants t WHERE t.tenant = ts.tenant)
 
 -- name: get_tenant
 SELECT t.tenant, t.weight, t.max_running, true AS configured, t.rate, t.burst,
-       t.tenant_group AS "group"
+       t.tenant_group AS "group", t.version
 FROM {schema}.tenants t WHERE t.tenant = %(tenant)s;
+
+-- name: lock_settings
+-- The settings locks a change takes first in its transaction (engine: settings.sql): tenants
+-- NULL, the defaults' own (a change of the defaults); else each tenant's, exclusive.
+SELECT {schema}.lock_settings(%(tenants)s::text[], true);
+
+-- name: patch_tenant
+-- One tenant's settings changed in one statement: the fields `fields` names take the values
+-- given, the others keep what the row holds now (a tenant without settings starts from the
+-- defaults), so two operators changing different fields never undo each other. A new rate
+-- keeps the bucket's size; a first one gets one second's worth (at least one); no rate, no
+-- burst. With `expected` (the version a person's form showed; 0: no settings of its own), a
+-- tenant whose settings changed since writes nothing and returns no row.
+WITH d AS (
+    SELECT (s.value->>'weight')::float8 AS weight, (s.value->>'max_running')::int AS max_running,
+           (s.value->>'rate')::float8 AS rate, (s.value->>'burst')::int AS burst
+    FROM {schema}.settings s WHERE s.key = 'tenant_defaults'
+),
+p AS (
+    SELECT %(fields)s::text[] AS f, %(weight)s::float8 AS weight,
+           %(max_running)s::int AS max_running, %(rate)s::float8 AS rate, %(burst)s::int AS burst,
+           %(group)s::text AS grp
+)
+INSERT INTO {schema}.tenants AS t (tenant, weight, max_running, rate, burst, tenant_group,
+                                  updated_at)
+SELECT %(tenant)s::text,
+       CASE WHEN 'weight' = ANY(p.f) THEN p.weight ELSE coalesce(d.weight, 1.0) END,
+       CASE WHEN 'max_running' = ANY(p.f) THEN p.max_running ELSE coalesce(d.max_running, 10) END,
+       CASE WHEN 'rate' = ANY(p.f) THEN p.rate ELSE d.rate END,
+       CASE WHEN 'burst' = ANY(p.f) THEN p.burst
+            WHEN 'rate' = ANY(p.f) THEN CASE WHEN p.rate IS NULL THEN NULL
+                                             WHEN d.rate IS NOT NULL THEN d.burst
+                                             ELSE greatest(1, ceil(p.rate))::int END
+            ELSE d.burst END,
+       CASE WHEN 'group' = ANY(p.f) THEN p.grp END,
+       now()
+FROM p LEFT JOIN d ON true
+WHERE coalesce(%(expected)s::bigint, 0) = 0
+ON CONFLICT (tenant) DO UPDATE
+SET weight = CASE WHEN 'weight' = ANY(%(fields)s::text[]) THEN excluded.weight ELSE t.weight END,
+    max_running = CASE WHEN 'max_running' = ANY(%(fields)s::text[]) THEN excluded.max_running
+                       ELSE t.max_running END,
+    rate = CASE WHEN 'rate' = ANY(%(fields)s::text[]) THEN excluded.rate ELSE t.rate END,
+    burst = CASE WHEN 'burst' = ANY(%(fields)s::text[]) THEN excluded.burst
+                 WHEN 'rate' = ANY(%(fields)s::text[])
+                     THEN CASE WHEN excluded.rate IS NULL THEN NULL
+                               WHEN t.rate IS NOT NULL THEN t.burst
+                               ELSE greatest(1, ceil(excluded.rate))::int END
+                 ELSE t.burst END,
+    tenant_group = CASE WHEN 'group' = ANY(%(fields)s::text[]) THEN excluded.tenant_group
+                        ELSE t.tenant_group END,
+    updated_at = now()
+WHERE %(expected)s::bigint IS NULL OR t.version = %(expected)s::bigint
+RETURNING t.tenant, t.weight, t.max_running, true AS configured, t.rate, t.burst,
+          t.tenant_group AS "group", t.version;
+
+-- name: tenant_version
+-- The version of a tenant's settings now (no row: it has none), for a refused edit's message.
+SELECT t.version FROM {schema}.tenants t WHERE t.tenant = %(tenant)s;
+
+-- name: group_exists
+SELECT EXISTS (SELECT FROM {schema}.tenant_groups g WHERE g.tenant_group = %(group)s) AS found;
 
 -- name: list_tenants
 -- Every tenant fairq knows (configured or seen in a queue), with its effective settings. One
@@ -82,19 +144,21 @@ WITH d AS (
 known AS (
     SELECT x.tenant, bool_or(x.configured) AS configured, sum(x.running) AS running,
            max(x.weight) AS weight, max(x.max_running) AS max_running, max(x.rate) AS rate,
-           max(x.burst) AS burst, max(x.tenant_group) AS tenant_group
+           max(x.burst) AS burst, max(x.tenant_group) AS tenant_group, max(x.version) AS version
     FROM (
         SELECT ts.tenant, false AS configured, ts.running, NULL::float8 AS weight,
                NULL::int AS max_running, NULL::float8 AS rate, NULL::int AS burst,
-               NULL::text AS tenant_group
+               NULL::text AS tenant_group, NULL::bigint AS version
         FROM {schema}.tenant_schedule ts
         UNION ALL  -- slots given back but not yet folded into `running` (slots.sql)
-        SELECT r.tenant, false, -r.n, NULL, NULL, NULL, NULL, NULL FROM {schema}.slot_returns r
+        SELECT r.tenant, false, -r.n, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM {schema}.slot_returns r
         UNION ALL  -- slots counted ahead for workers, not started yet (claim.sql)
-        SELECT b.tenant, false, -b.slots, NULL, NULL, NULL, NULL, NULL
+        SELECT b.tenant, false, -b.slots, NULL, NULL, NULL, NULL, NULL, NULL
         FROM {schema}.claim_budgets b
         UNION ALL
-        SELECT t.tenant, true, 0, t.weight, t.max_running, t.rate, t.burst, t.tenant_group
+        SELECT t.tenant, true, 0, t.weight, t.max_running, t.rate, t.burst, t.tenant_group,
+               t.version
         FROM {schema}.tenants t
     ) x
     GROUP BY x.tenant
@@ -104,7 +168,7 @@ SELECT k.tenant, CASE WHEN k.configured THEN k.weight ELSE d.weight END AS weigh
        k.configured, k.running::int AS running,
        CASE WHEN k.configured THEN k.rate ELSE d.rate END AS rate,
        CASE WHEN k.configured THEN k.burst ELSE d.burst END AS burst,
-       k.tenant_group AS "group"
+       k.tenant_group AS "group", coalesce(k.version, 0) AS version
 FROM known k LEFT JOIN d ON true
 ORDER BY k.tenant;
 

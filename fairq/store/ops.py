@@ -105,21 +105,30 @@ def cancel_tenant(store: Store, tenant: str, *, queue: str | None = None,
 
 def reset_tenant(store: Store, tenant: str) -> bool:
     """Drop ``tenant``'s own weight, cap, rate limit and group: the defaults apply from the next
-    claim. Returns whether it had settings of its own."""
-    weight, max_running, rate, burst = store.get_tenant_defaults()
+    claim. Returns whether it had settings of its own. Under the tenant's settings lock
+    (``fairq.store.settings``), the defaults read in the same transaction."""
     with store.cursor(atomic=True) as cur:
+        cur.execute(store.statement("lock_settings"), {"tenants": [tenant]})
+        cur.execute(store.statement("get_defaults"))
+        d = cur.fetchone() or {"weight": 1.0, "max_running": 10, "rate": None, "burst": None}
         cur.execute(store.statement("delete_tenant_config"), {"tenant": tenant})
         had = cur.fetchone() is not None
         cur.execute(store.statement("sync_tenant_to_defaults"),
-                    {"tenant": tenant, "weight": weight, "max_running": max_running,
-                     "rate": rate, "burst": burst})
+                    {"tenant": tenant, "weight": d["weight"], "max_running": d["max_running"],
+                     "rate": d["rate"], "burst": d["burst"]})
     return had
 
 
 def delete_tenant(store: Store, tenant: str) -> bool:
     """Forget ``tenant``: its settings and its schedule rows. Refused (``InvalidInput``,
-    nothing changed) while it has queued or running jobs. Returns whether fairq knew it."""
+    nothing changed) while it has queued or running jobs. Returns whether fairq knew it.
+
+    The tenant's settings lock comes first: an enqueue creating one of its schedule rows holds
+    it shared until it commits, so the delete then sees that enqueue's job and is refused; an
+    enqueue that finds its row gone after this commits creates it again (enqueue.sql). The
+    restore after it is the belt to those braces."""
     with store.cursor(atomic=True) as cur:
+        cur.execute(store.statement("lock_settings"), {"tenants": [tenant]})
         cur.execute(store.statement("delete_tenant_schedule"), {"tenant": tenant})
         scheduled = bool(cur.fetchall())
         cur.execute(store.statement("tenant_jobs_pending"), {"tenant": tenant})
@@ -131,7 +140,8 @@ def delete_tenant(store: Store, tenant: str) -> bool:
                 "ones finish")
         cur.execute(store.statement("delete_tenant_config"), {"tenant": tenant})
         configured = cur.fetchone() is not None
-    with store.cursor() as cur:
+    with store.cursor(atomic=True) as cur:
+        cur.execute(store.statement("lock_settings"), {"tenants": [tenant]})
         cur.execute(store.statement("restore_tenant_schedule"), {"tenant": tenant})
     return scheduled or configured
 

@@ -20,17 +20,14 @@ from fairq.models import (
     ClaimedJob,
     ClaimPlan,
     FinishedJob,
-    GroupConfig,
     JobInfo,
     NewJob,
     NewJobColumns,
     ReapResult,
-    TenantConfig,
-    TenantDefaults,
 )
 from fairq.store.caller_connection import connection_for
 from fairq.store.enqueue import CHUNK, as_invalid_input, enqueue_params
-from fairq.store.sessions import StoreSessions
+from fairq.store.tenants import TenantSettings
 
 # Virtual time is rebased once a queue's lowest active vtime passes 2^20: below 2^21 a float8's
 # resolution is 2^-32, so even the smallest increment (1 / 1000, a weight of 1000) is kept to
@@ -38,7 +35,7 @@ from fairq.store.sessions import StoreSessions
 VTIME_REBASE_AT = float(2 ** 20)
 
 
-class Store(StoreSessions):
+class Store(TenantSettings):
     """fairq's database operations on one schema."""
 
     # -- producers ----------------------------------------------------------------------
@@ -219,6 +216,27 @@ class Store(StoreSessions):
             )
             return {int(r["id"]) for r in cur.fetchall()}
 
+    def hand_back_running(self, jobs: Sequence[tuple[int, int]], notes: Sequence[str],
+                          run_seconds: Sequence[float] | None = None, *,
+                          started: list[datetime] | None = None) -> dict[int, str]:
+        """Hand back (id, attempts) jobs still running when a stopping worker's grace period
+        ended, each with its note for last_error (``run_seconds``, ``started``: as
+        finish_done's). Returns what became of those still ours: ``"handed_back"`` (queued,
+        the attempt not counted), or, for a job the previous stop interrupted too (jobs.sql,
+        hand_back_running), ``"retry"`` (queued, counted) or ``"failed"`` (it was the last)."""
+        if not jobs:
+            return {}
+        with self.cursor() as cur:
+            cur.execute(
+                self.statement("hand_back_running"),
+                {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs],
+                 "notes": list(notes), "run_seconds": _run_seconds(run_seconds),
+                 "started": started},
+            )
+            return {int(r["id"]): "handed_back" if not r["counted"]
+                    else "retry" if r["status"] == "queued" else "failed"
+                    for r in cur.fetchall()}
+
     # -- maintenance ----------------------------------------------------------------------
     def reap_expired(self, limit: int = 1000) -> ReapResult:
         """Return expired leases to the queue (or fail them at max_attempts)."""
@@ -359,72 +377,6 @@ class Store(StoreSessions):
             cur.execute(self.statement("get_job"), {"id": job_id})
             row = cur.fetchone()
         return JobInfo(**row) if row else None
-
-    # -- tenants --------------------------------------------------------------------------
-    def get_defaults(self) -> tuple[float, int]:
-        weight, max_running, _, _ = self.get_tenant_defaults()
-        return (weight, max_running)
-
-    def get_tenant_defaults(self) -> TenantDefaults:
-        """(weight, max_running, rate, burst) of tenants without their own configuration."""
-        with self.cursor() as cur:
-            cur.execute(self.statement("get_defaults"))
-            row = cur.fetchone()
-        if row is None:
-            return (1.0, 10, None, None)
-        return (float(row["weight"]), int(row["max_running"]), row["rate"], row["burst"])
-
-    def set_tenants(
-        self,
-        tenants: Sequence[TenantConfig],
-        defaults: tuple[float, int] | TenantDefaults | None = None,
-        groups: Sequence[GroupConfig] = (),
-    ) -> None:
-        """Write tenants' configuration (and optionally new defaults) in one transaction.
-        ``defaults`` is (weight, max_running) or (weight, max_running, rate, burst); the short
-        form means no rate limit."""
-        with self.cursor(atomic=True) as cur:
-            for g in groups:
-                cur.execute(self.statement("upsert_group"), {"group": g.name, "weight": g.weight})
-            if groups:
-                cur.execute(self.statement("expire_group_factors"))
-            if defaults is not None:
-                rate, burst = (defaults[2], defaults[3]) if len(defaults) == 4 else (None, None)
-                default_row = {"weight": defaults[0], "max_running": defaults[1], "rate": rate,
-                               "burst": burst}
-                cur.execute(self.statement("set_defaults"), default_row)
-            for t in sorted(tenants, key=lambda t: t.tenant):
-                tenant_row = {"tenant": t.tenant, "weight": t.weight, "max_running": t.max_running,
-                              "rate": t.rate, "burst": t.burst, "group": t.group}
-                cur.execute(self.statement("upsert_tenant"), tenant_row)
-                cur.execute(self.statement("sync_tenant_schedule"), tenant_row)
-            if defaults is not None:
-                cur.execute(self.statement("sync_default_tenants"), default_row)
-
-    def set_group(self, group: GroupConfig) -> None:
-        """Create or reweigh a tenant group; every queue's next claim recomputes the factors."""
-        with self.cursor(atomic=True) as cur:
-            cur.execute(self.statement("upsert_group"), {"group": group.name, "weight": group.weight})
-            cur.execute(self.statement("expire_group_factors"))
-
-    def list_groups(self) -> list[GroupConfig]:
-        with self.cursor() as cur:
-            cur.execute(self.statement("list_groups"))
-            return [GroupConfig(**r) for r in cur.fetchall()]
-
-    def get_tenant(self, tenant: str) -> TenantConfig:
-        with self.cursor() as cur:
-            cur.execute(self.statement("get_tenant"), {"tenant": tenant})
-            row = cur.fetchone()
-        if row is not None:
-            return TenantConfig(**row)
-        weight, max_running, rate, burst = self.get_tenant_defaults()
-        return TenantConfig(tenant, weight, max_running, configured=False, rate=rate, burst=burst)
-
-    def list_tenants(self) -> list[TenantConfig]:
-        with self.cursor() as cur:
-            cur.execute(self.statement("list_tenants"))
-            return [TenantConfig(**r) for r in cur.fetchall()]
 
 
 _CLAIMED = {f.name for f in fields(ClaimedJob)}

@@ -44,9 +44,9 @@ def test_tenants_list_shows_every_tenant_once_with_its_effective_settings(
         c.execute("UPDATE fairq.tenant_schedule SET running = CASE queue WHEN 'q1' THEN 2 "
                   "ELSE 1 END")
     assert app.tenants.list() == [
-        TenantConfig("configured", 5.0, 3, True, 3, 2.0, 2, "gold"),
-        TenantConfig("idle", 0.5, 7, True, 0, None, None, None),
-        TenantConfig("seen", 2.0, 7, False, 3, None, None, None),
+        TenantConfig("configured", 5.0, 3, True, 3, 2.0, 2, "gold", version=1),
+        TenantConfig("idle", 0.5, 7, True, 0, None, None, None, version=1),
+        TenantConfig("seen", 2.0, 7, False, 3, None, None, None, version=0),
     ]
     # a group counts its configured tenants and those known only by their jobs ("seen")
     assert app.groups.list() == [GroupConfig("default", 1.0, False, 2),

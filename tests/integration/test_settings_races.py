@@ -1,0 +1,149 @@
+"""Operators and producers at the same moment (decision 020): two operators' changes of
+different fields both stay; a cap set during a tenant's first enqueue reaches its schedule row;
+a delete racing an enqueue never leaves a job without a schedule row. Each race is run many
+rounds with several Apps released by a barrier, and counted in the database."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import fairq
+from fairq.errors import InvalidInput
+from fairq.policies import get_policy
+
+ROUNDS = 100
+
+
+@pytest.fixture
+def apps(dsn: str) -> Iterator[tuple[fairq.App, fairq.App]]:
+    a, b = fairq.App(dsn), fairq.App(dsn)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def both(first: Any, second: Any) -> list[BaseException]:
+    """Run the two callables at the same moment (a barrier); the exceptions they raised."""
+    gate = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run(f: Any) -> None:
+        gate.wait()
+        try:
+            f()
+        except Exception as e:  # the test asserts on them
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(f,)) for f in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return errors
+
+
+def test_two_operators_changing_different_fields_both_stay(
+        dsn: str, apps: tuple[fairq.App, fairq.App]) -> None:
+    a, b = apps
+    lost_weight = lost_cap = 0
+    for i in range(ROUNDS):
+        tenant = f"t{i}"
+        a.tenants.set(tenant, weight=1, max_running=1)
+        w, m = 2.0 + i % 7, 3 + i % 5
+        assert both(lambda t=tenant, w=w: a.tenants.set(t, weight=w),
+                    lambda t=tenant, m=m: b.tenants.set(t, max_running=m)) == []
+        got = a.tenants.get(tenant)
+        lost_weight += got.weight != w
+        lost_cap += got.max_running != m
+    assert (lost_weight, lost_cap) == (0, 0)
+    # The schedule rows follow too (none exist yet: no job); and what the database holds.
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT count(*) FROM fairq.tenants WHERE weight = 1 "
+                            "OR max_running = 1").fetchone()
+    assert rows == (0,)
+
+
+def schedule_caps(dsn: str, tenants: list[str]) -> dict[str, tuple[int, int]]:
+    """tenant -> (the schedule row's cap, the settings' cap)."""
+    with psycopg.connect(dsn) as conn:
+        return {r[0]: (r[1], r[2]) for r in conn.execute(
+            "SELECT s.tenant, s.max_running, t.max_running FROM fairq.tenant_schedule s "
+            "JOIN fairq.tenants t USING (tenant) WHERE s.tenant = ANY(%s)", (tenants,))}
+
+
+def test_a_cap_set_during_a_first_enqueue_reaches_the_engine(
+        dsn: str, apps: tuple[fairq.App, fairq.App]) -> None:
+    """Deterministic: the enqueue's transaction is open when the cap is set."""
+    a, b = apps
+    done = threading.Event()
+    with psycopg.connect(dsn) as conn:
+        a.enqueue("t.x", tenant="fresh", connection=conn)
+        setter = threading.Thread(target=lambda: (b.tenants.set("fresh", max_running=1),
+                                                  done.set()))
+        setter.start()
+        done.wait(1.0)  # today it waits for this commit; the check below holds either way
+        conn.commit()
+    setter.join(30)
+    assert done.is_set()
+    assert schedule_caps(dsn, ["fresh"]) == {"fresh": (1, 1)}
+    # And the claim honours it: five more jobs, a claim of eight takes one.
+    for _ in range(5):
+        a.enqueue("t.x", tenant="fresh")
+    got = a.store.claim(get_policy("weighted"), queue="default", batch=8, worker="w")
+    assert len(got) == 1
+    assert a.store.claim(get_policy("weighted"), queue="default", batch=8, worker="w") == []
+
+
+def test_caps_set_while_new_tenants_enqueue_all_reach_the_engine(
+        dsn: str, apps: tuple[fairq.App, fairq.App]) -> None:
+    a, b = apps
+    tenants = [f"new{i}" for i in range(ROUNDS * 2)]
+    for tenant in tenants:
+        assert both(lambda t=tenant: a.enqueue("t.x", tenant=t),
+                    lambda t=tenant: b.tenants.set(t, max_running=1)) == []
+    caps = schedule_caps(dsn, tenants)
+    assert len(caps) == len(tenants)
+    assert {t: c for t, c in caps.items() if c != (1, 1)} == {}
+
+
+def stranded(dsn: str) -> int:
+    """Queued jobs whose (queue, tenant) has no schedule row: no claim can find them."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM fairq.jobs j WHERE j.status = 'queued' AND NOT EXISTS "
+            "(SELECT FROM fairq.tenant_schedule s WHERE s.queue = j.queue "
+            "AND s.tenant = j.tenant)").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_delete_racing_an_enqueue_never_strands_the_job(
+        dsn: str, apps: tuple[fairq.App, fairq.App]) -> None:
+    a, b = apps
+    refused = deleted = 0
+    for i in range(ROUNDS + 20):
+        tenant = f"d{i}"
+        a.tenants.set(tenant, weight=2)
+        job = a.enqueue("t.x", tenant=tenant)
+        a.store.claim(get_policy("weighted"), queue="default", batch=1, worker="w")
+        a.store.finish_done([(job, 1)])  # the tenant has a schedule row and no job
+        errors = both(lambda t=tenant: a.enqueue("t.x", tenant=t),
+                      lambda t=tenant: b.tenants.delete(t))
+        assert all(isinstance(e, InvalidInput) for e in errors), errors
+        refused += len(errors)
+        deleted += not errors
+    assert stranded(dsn) == 0
+    # Every queued job can be claimed: one per tenant, the whole set.
+    claimed = 0
+    while got := a.store.claim(get_policy("weighted"), queue="default", batch=50, worker="w"):
+        claimed += len(got)
+        a.store.finish_done([(j.id, j.attempts) for j in got])
+    assert claimed == ROUNDS + 20
+    assert refused + deleted == ROUNDS + 20

@@ -1,0 +1,216 @@
+"""A frozen server is an outage for the reaper (decision 019): two `fairq worker` processes (4
+slots each) drain a backlog of 20-40 ms jobs (lease 10 s) fed by a live producer, on a private
+cluster whose postmaster and every child process get SIGSTOP for 20 s, then SIGCONT. No
+connection is lost, so no worker sees an outage; but every lease expires during the freeze, and
+a claim the server was running when it froze comes back with leases computed from its
+transaction's now(), before the freeze: already expired. Without decision 019 the first reaper
+to run after SIGCONT returned those jobs (and any lease not renewed yet) to the queue while
+their worker ran them, and they ran twice.
+
+The freeze starts while a claim is in flight: the test watches pg_stat_activity for an active
+claim and stops that backend first, then the postmaster, then its other children (only the
+PIDs of the cluster it started). What it counts is the database's (attempts, the reaper's
+last_error) and each handler's own record of its start and end (a file per worker process),
+not the workers' logs. The figures are printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import fairq
+from tests.support.fault_tools import (
+    Producer,
+    check_final_state,
+    migrated_db,
+    private_cluster,
+    sql,
+    wait_for,
+)
+from tests.support.pgcluster import Cluster
+
+JOBS = 1500
+LEASE = 10
+FREEZE_SECONDS = 20.0
+AFTER_SECONDS = 8.0  # watched after SIGCONT: past the reapers' grace (5 s) and a reap interval
+
+TASKS = f"""\
+import os
+import time
+
+import fairq
+
+app = fairq.App()
+LOG = os.environ["FROZEN_LOG"]
+
+
+@app.task(name="work", lease={LEASE}, max_attempts=20)
+def work(job):
+    start = time.time()
+    time.sleep(job.payload["ms"] / 1000.0)
+    with open(f"{{LOG}}/{{os.getpid()}}.runs", "a") as f:
+        f.write(f"{{job.id}} {{job.attempt}} {{start:.6f}} {{time.time():.6f}}\\n")
+"""
+
+ACTIVE_CLAIM = ("SELECT pid FROM pg_stat_activity WHERE state = 'active' "
+                "AND query LIKE '-- fairq claim%' LIMIT 1")
+
+
+def children(pid: int) -> list[int]:
+    """The PIDs whose parent is ``pid`` (the postmaster's backends and helpers)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def freeze(cluster: Cluster, first: int | None) -> list[int]:
+    """SIGSTOP ``first`` (a backend running a claim), the postmaster, then all its children;
+    returns the PIDs stopped, in order."""
+    stopped: list[int] = []
+
+    def stop(pid: int) -> None:
+        if pid not in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+
+    if first is not None:  # a backend of this cluster (its pg_stat_activity said so)
+        stop(first)
+    stop(cluster.pid)  # no new backend forks from here on
+    for pid in children(cluster.pid):
+        stop(pid)
+    return stopped
+
+
+def thaw(pids: list[int]) -> None:
+    for pid in reversed(pids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def by_start(run: tuple[int, float, float]) -> float:
+    return run[1]
+
+
+def runs(log_dir: Path) -> dict[int, list[tuple[int, float, float]]]:
+    """Per job id: (attempt, start, end) of every execution, over every worker process."""
+    out: dict[int, list[tuple[int, float, float]]] = {}
+    for f in log_dir.glob("*.runs"):
+        for line in f.read_text().splitlines():
+            job_id, attempt, start, end = line.split()
+            out.setdefault(int(job_id), []).append((int(attempt), float(start), float(end)))
+    return out
+
+
+@pytest.mark.timeout(180)
+def test_a_frozen_server_costs_no_live_workers_job(tmp_path: Path) -> None:
+    log_dir = tmp_path / "runs"
+    log_dir.mkdir()
+    (tmp_path / "frozen_tasks.py").write_text(TASKS)
+    with private_cluster(tmp_path, synchronous_commit="on") as holder:
+        cluster = holder[0]
+        dsn = migrated_db(cluster)
+        with fairq.App(dsn) as app:
+            app.task(lambda job: None, name="work", lease=LEASE, max_attempts=20)
+            app.enqueue_many("work", [(f"t{i % 16}", {"ms": 20 + (i * 7) % 21})
+                                      for i in range(JOBS)])
+        env = {**os.environ, "FROZEN_LOG": str(log_dir)}
+        errs = [tmp_path / f"worker-{i}.err" for i in range(2)]
+        workers = [subprocess.Popen(
+            [sys.executable, "-m", "fairq", "--dsn", dsn, "worker", "frozen_tasks:app",
+             "--concurrency", "4", "--poll-interval", "0.5", "--log-level", "info"],
+            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err.open("w"))
+            for err in errs]
+        producer = Producer(dsn, ms=30)
+        producer.app.task(lambda job: None, name="work", lease=LEASE, max_attempts=20)
+        stopped: list[int] = []
+        n_stopped = 0
+        claim_pid: int | None = None
+        try:
+            producer.start()
+            wait_for(lambda: len(list(log_dir.glob("*.runs"))) == 2
+                     and int(sql(dsn, "SELECT count(*) FROM fairq.jobs WHERE status = 'done'")
+                             [0][0]) >= 200, timeout=60, what="both workers running jobs")
+            with psycopg.connect(cluster.dsn, autocommit=True) as watch:
+                deadline = time.monotonic() + 10
+                while claim_pid is None and time.monotonic() < deadline:
+                    row = watch.execute(ACTIVE_CLAIM).fetchone()
+                    if row is not None:
+                        claim_pid = int(row[0])
+                        stopped = freeze(cluster, claim_pid)
+                if claim_pid is None:
+                    stopped = freeze(cluster, None)
+                frozen_at, n_stopped = time.time(), len(stopped)
+                time.sleep(FREEZE_SECONDS)
+                thaw(stopped)
+                thawed_at = time.time()
+                stopped = []
+            time.sleep(AFTER_SECONDS)
+            produced = producer.stop()
+            wait_for(lambda: int(sql(dsn, "SELECT count(*) FROM fairq.jobs "
+                                          "WHERE status <> 'done'")[0][0]) == 0,
+                     timeout=60, what="every job done")
+            assert all(w.poll() is None for w in workers), "a worker died"
+        finally:
+            thaw(stopped)
+            producer.stop()
+            for w in workers:
+                w.terminate()
+            for w in workers:
+                try:
+                    w.wait(60)
+                except subprocess.TimeoutExpired:
+                    w.kill()
+                    w.wait(10)
+        all_ids = [int(r[0]) for r in sql(dsn, "SELECT id FROM fairq.jobs")]
+        rerun_db, reaped_db, max_attempts = sql(dsn, """
+            SELECT count(*) FILTER (WHERE attempts > 1),
+                   count(*) FILTER (WHERE last_error LIKE 'lease expired%%'),
+                   coalesce(max(attempts), 0)
+            FROM fairq.jobs""")[0]
+        started_at = dict(sql(dsn, "SELECT id, extract(epoch FROM started_at)::float8 "
+                                   "FROM fairq.jobs"))
+        check_final_state(dsn, all_ids)
+    executed = runs(log_dir)
+    twice = sorted(i for i, r in executed.items() if len(r) > 1)
+    overlapping = sorted(i for i, r in executed.items()
+                         if any(a[2] > b[1] for a, b in itertools.pairwise(sorted(r, key=by_start))))
+    stderr = [e.read_text(errors="replace") for e in errs]
+    # Claimed before the freeze (the claim's now()) and started by their handler after it.
+    came_back = [i for i, r in executed.items()
+                 if started_at[i] < frozen_at and min(s for _, s, _ in r) > thawed_at]
+    figures = {
+        "jobs": len(all_ids), "produced": len(produced),
+        "claim_in_flight_at_freeze": claim_pid is not None,
+        "pids_stopped": n_stopped,
+        "freeze_s": round(thawed_at - frozen_at, 1),
+        "claimed_before_freeze_run_after": len(came_back),
+        "db_jobs_with_attempts_gt_1": rerun_db, "db_jobs_reaped": reaped_db,
+        "db_max_attempts": max_attempts,
+        "executed_twice": len(twice), "overlapping_runs": len(overlapping),
+        "lease_lost_lines": sum(s.count("lease lost") for s in stderr),
+        "reaped_lines": [ln for s in stderr for ln in s.splitlines() if "reaped" in ln][:4],
+    }
+    print(f"\n{figures}")
+    assert claim_pid is not None, "no claim was in flight when the server froze"
+    assert set(executed) == set(all_ids), "a job never ran"
+    assert (rerun_db, reaped_db) == (0, 0), f"a live worker's job was reaped: {figures}"
+    assert twice == [], f"jobs ran twice: {twice[:10]} {figures}"
