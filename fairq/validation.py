@@ -330,10 +330,10 @@ def parse_number(kind: str, text: str) -> float:
 
 
 def parse_integer(kind: str, text: str) -> int:
-    """A whole number from text, strictly (ASCII digits, an optional sign)."""
+    """An integer from text, strictly (ASCII digits, an optional sign)."""
     t = text.strip(" \t")
     if len(t) > 20 or not _INTEGER.fullmatch(t):
-        raise InvalidInput(f"{kind} must be a whole number, not {_shown(text)}")
+        raise InvalidInput(f"{kind} must be an integer, not {_shown(text)}")
     return int(t)
 
 

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
+from fairq import validation as v
 from fairq.config import ENV_SCHEMA, ENV_URL, redact
 from fairq.errors import ConfigurationError, InvalidInput
 
@@ -177,10 +178,10 @@ def number(kind: str, *, minimum: float | None = None,
     """An argparse type: a finite number (optionally >= ``minimum``, <= ``maximum``)."""
 
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{kind} must be a number, not {text!r}") from None
+        try:  # strictly: not "5_0", other scripts' digits or "inf" (fairq.validation)
+            value = v.parse_number(kind, text)
+        except InvalidInput as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{kind} must be finite, not {text!r}")
         if minimum is not None and value < minimum:
@@ -197,10 +198,10 @@ def integer(kind: str, *, minimum: int | None = None,
     """An argparse type: an integer (optionally >= ``minimum``, <= ``maximum``)."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{kind} must be an integer, not {text!r}") from None
+        try:  # strictly: not "5_0" or other scripts' digits (fairq.validation)
+            value = v.parse_integer(kind, text)
+        except InvalidInput as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"{kind} must be >= {minimum}, not {value}")
         if maximum is not None and value > maximum:

@@ -73,11 +73,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 def _weight(text: str) -> float:
     """An argparse type: a weight in range, refused before anything connects."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"weight must be a number, not {text!r}") from None
-    try:
-        return v.weight(value, shown=text.strip())
+        return v.weight(v.parse_number("weight", text), shown=text.strip())
     except InvalidInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -90,12 +86,8 @@ def _rate(text: str) -> float | str:
     if text.strip().lower() == _UNLIMITED:
         return _UNLIMITED
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"rate must be a number of jobs per second or 'unlimited', not {text!r}") from None
-    try:
-        return v.rate(value, shown=text.strip())
+        return v.rate(v.parse_number("rate (jobs per second, or 'unlimited')", text),
+                      shown=text.strip())
     except InvalidInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -115,22 +107,19 @@ def _rows(tenants: list[TenantConfig]) -> str:
 
 
 def run_set(args: argparse.Namespace) -> int:
-    from fairq.app import KEEP
-
+    """Change the settings the flags name, and only those (last writer wins per field)."""
     if args.weight is None and args.max_running is None and args.rate is None \
             and args.burst is None and args.group is None:
         raise InvalidInput("give --weight, --max-running, --rate, --burst and/or --group")
     if args.rate == _UNLIMITED and args.burst is not None:
         raise InvalidInput("--burst needs a rate, not --rate unlimited")
-    v.name("tenant", args.tenant)
-    if args.burst is not None:
-        v.burst(args.burst)
-    rate = KEEP if args.rate is None else None if args.rate == _UNLIMITED else args.rate
+    named = {"weight": args.weight, "max_running": args.max_running,
+             "rate": None if args.rate == _UNLIMITED else args.rate, "burst": args.burst,
+             "group": args.group}
+    values = {k: x for k, x in named.items() if x is not None or (k == "rate" and args.rate)}
+    patch = v.tenant_patch(args.tenant, values)  # every check before anything connects
     with open_app(args) as app:
-        t = app.tenants.set(args.tenant, weight=args.weight, max_running=args.max_running,
-                            rate=rate, burst=KEEP if args.burst is None else args.burst,
-                            group=KEEP if args.group is None
-                            else None if args.group == "default" else args.group)
+        t = app.tenants.patch(patch)
     limit = "" if t.rate is None else f" rate={t.rate:g}/s burst={t.burst}"
     group = "" if t.group is None else f" group={t.group}"
     print(f"{t.tenant}: weight={t.weight:g} max_running={t.max_running}{limit}{group}")

@@ -116,17 +116,44 @@ class DueWaker:
 
 @dataclass
 class StrandedWaker:
-    """A check that should find nothing: an idle tenant with a due job.
+    """Checks that should find nothing: queued jobs whose (queue, tenant) has no schedule row,
+    and idle tenants with a due job.
 
-    Claims retire a tenant under a lock that enqueues, reaps and retries conflict with
-    (docs/algorithm.md), so none should be stranded; if one is, it is woken and reported.
+    Enqueues create their rows under the tenants' settings locks and make them again when a
+    delete took them (decision 020), and claims retire a tenant under a lock that enqueues,
+    reaps and retries conflict with (docs/algorithm.md), so none should be stranded; if one
+    is, its row is made or it is woken, and each is reported.
     """
 
     store: Store
     interval: float = 30.0
     key: str = "wake_stranded"
+    repair_limit: int = 1000
+    repair_disabled: bool = False
 
     def run_once(self) -> int:
+        n = self._repair()
+        n += self._wake()
+        return n
+
+    def _repair(self) -> int:
+        if self.repair_disabled:
+            return 0
+        try:
+            made = self.store.repair_schedule(self.repair_limit)
+        except InsufficientPrivilege:
+            self.repair_disabled = True
+            log.warning("cannot repair schedule rows: this worker's role may not run "
+                        "repair_schedule; run `fairq roles` again (docs/roles.md)")
+            return 0
+        if made:
+            shown = ", ".join(f"{q}/{t}" for q, t in made[:5])
+            log.warning("made the missing schedule row of %d (queue, tenant) with queued jobs "
+                        "(%s%s): please report this", len(made), shown,
+                        ", ..." if len(made) > 5 else "")
+        return len(made)
+
+    def _wake(self) -> int:
         n = self.store.wake_stranded_tenants()
         if n:
             log.warning("woke %d idle tenant(s) that had due jobs: please report this", n)

@@ -68,3 +68,8 @@ RETURNING ts.queue;
 -- (decay_usage, the function), queue by queue in name order, its rows in tenant order.
 SELECT coalesce(sum({schema}.decay_usage(x.q, %(factor)s::float8)), 0)::int AS n
 FROM (SELECT DISTINCT u.q FROM unnest(%(queues)s::text[]) AS u(q) ORDER BY u.q) x;
+
+-- name: repair_schedule
+-- Queued jobs whose (queue, tenant) has no schedule row get one (the engine's repair_schedule,
+-- settings.sql): a check that should find nothing.
+SELECT r.queue, r.tenant FROM {schema}.repair_schedule(%(limit)s) r;

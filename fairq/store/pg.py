@@ -259,6 +259,13 @@ class Store(TenantSettings):
             cur.execute(self.statement("wake_stranded_tenants"))
             return len(cur.fetchall())
 
+    def repair_schedule(self, limit: int = 1000) -> list[tuple[str, str]]:
+        """Make the missing schedule rows of (queue, tenant) pairs with queued jobs (at most
+        ``limit``); the pairs repaired."""
+        with self.cursor() as cur:
+            cur.execute(self.statement("repair_schedule"), {"limit": int(limit)})
+            return [(r["queue"], r["tenant"]) for r in cur.fetchall()]
+
     def rebase_vtime(self, threshold: float = VTIME_REBASE_AT) -> int:
         """Shift the virtual times of queues whose lowest passed ``threshold``; rows changed."""
         with self.cursor() as cur:

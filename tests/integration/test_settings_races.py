@@ -147,3 +147,35 @@ def test_a_delete_racing_an_enqueue_never_strands_the_job(
         a.store.finish_done([(j.id, j.attempts) for j in got])
     assert claimed == ROUNDS + 20
     assert refused + deleted == ROUNDS + 20
+
+
+def test_the_maintenance_makes_a_missing_schedule_row_and_says_so(
+        dsn: str, apps: tuple[fairq.App, fairq.App], caplog: pytest.LogCaptureFixture) -> None:
+    """Belt and braces: a queued job whose row is gone (however it went) is found by the
+    maintenance's check, its row made from its tenant's settings, and one line logged."""
+    from datetime import UTC, datetime, timedelta
+
+    from fairq.runtime.maintenance import StrandedWaker
+
+    a, _ = apps
+    a.tenants.set("lost", max_running=2)
+    due = a.enqueue("t.x", tenant="lost")
+    later = a.enqueue("t.x", tenant="later", queue="q2",
+                      run_at=datetime.now(UTC) + timedelta(hours=1))
+    with psycopg.connect(dsn) as conn:
+        conn.execute("DELETE FROM fairq.tenant_schedule")
+    assert stranded(dsn) == 2
+    waker = StrandedWaker(a.store)
+    with caplog.at_level("WARNING", logger="fairq.maintenance"):
+        assert waker.run_once() == 2
+    assert stranded(dsn) == 0
+    lines = [r.getMessage() for r in caplog.records if "schedule row" in r.getMessage()]
+    assert len(lines) == 1 and "default/lost" in lines[0] and "q2/later" in lines[0]
+    with psycopg.connect(dsn) as conn:
+        rows = dict(conn.execute("SELECT tenant, (max_running, active, wake_at IS NOT NULL) "
+                                 "FROM fairq.tenant_schedule").fetchall())
+    assert rows == {"lost": ("2", "t", "f"), "later": ("10", "f", "t")}
+    got = a.store.claim(get_policy("weighted"), queue="default", batch=8, worker="w")
+    assert [j.id for j in got] == [due]
+    assert later not in [j.id for j in got]
+    assert waker.run_once() == 0  # nothing more to repair

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -62,8 +63,10 @@ def work(job):
         f.write(f"{{job.id}} {{job.attempt}} {{start:.6f}} {{time.time():.6f}}\\n")
 """
 
-ACTIVE_CLAIM = ("SELECT pid FROM pg_stat_activity WHERE state = 'active' "
+ACTIVE_CLAIM = ("SELECT pid, query_start FROM pg_stat_activity WHERE state = 'active' "
                 "AND query LIKE '-- fairq claim%' LIMIT 1")
+STILL_CLAIMING = ("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND query_start = %s "
+                  "AND state = 'active' AND query LIKE '-- fairq claim%%'")
 
 
 def children(pid: int) -> list[int]:
@@ -81,9 +84,31 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def catch_a_claim(watch: psycopg.Connection[Any], timeout: float = 10.0
+                  ) -> tuple[int | None, int]:
+    """A backend stopped (SIGSTOP) in the middle of a claim, and how many tries it took: one
+    seen running a claim is stopped at once, and kept stopped if it is still running that
+    claim (its answer not sent: a backend says it is idle before it answers), else let go and
+    another one waited for. None if none was caught within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    tries = 0
+    while time.monotonic() < deadline:
+        row = watch.execute(ACTIVE_CLAIM).fetchone()
+        if row is None:
+            continue
+        pid, query_start = int(row[0]), row[1]
+        os.kill(pid, signal.SIGSTOP)
+        tries += 1
+        still = watch.execute(STILL_CLAIMING, (pid, query_start)).fetchone()
+        if still is not None:
+            return pid, tries
+        os.kill(pid, signal.SIGCONT)
+    return None, tries
+
+
 def freeze(cluster: Cluster, first: int | None) -> list[int]:
-    """SIGSTOP ``first`` (a backend running a claim), the postmaster, then all its children;
-    returns the PIDs stopped, in order."""
+    """SIGSTOP the postmaster, then all its children (``first``, a backend already stopped in
+    a claim, among them); returns the PIDs stopped, in order."""
     stopped: list[int] = []
 
     def stop(pid: int) -> None:
@@ -144,20 +169,15 @@ def test_a_frozen_server_costs_no_live_workers_job(tmp_path: Path) -> None:
         stopped: list[int] = []
         n_stopped = 0
         claim_pid: int | None = None
+        tries = 0
         try:
             producer.start()
             wait_for(lambda: len(list(log_dir.glob("*.runs"))) == 2
                      and int(sql(dsn, "SELECT count(*) FROM fairq.jobs WHERE status = 'done'")
                              [0][0]) >= 200, timeout=60, what="both workers running jobs")
             with psycopg.connect(cluster.dsn, autocommit=True) as watch:
-                deadline = time.monotonic() + 10
-                while claim_pid is None and time.monotonic() < deadline:
-                    row = watch.execute(ACTIVE_CLAIM).fetchone()
-                    if row is not None:
-                        claim_pid = int(row[0])
-                        stopped = freeze(cluster, claim_pid)
-                if claim_pid is None:
-                    stopped = freeze(cluster, None)
+                claim_pid, tries = catch_a_claim(watch)
+                stopped = freeze(cluster, claim_pid)
                 frozen_at, n_stopped = time.time(), len(stopped)
                 time.sleep(FREEZE_SECONDS)
                 thaw(stopped)
@@ -186,20 +206,22 @@ def test_a_frozen_server_costs_no_live_workers_job(tmp_path: Path) -> None:
                    count(*) FILTER (WHERE last_error LIKE 'lease expired%%'),
                    coalesce(max(attempts), 0)
             FROM fairq.jobs""")[0]
-        started_at = dict(sql(dsn, "SELECT id, extract(epoch FROM started_at)::float8 "
-                                   "FROM fairq.jobs"))
+        claims = {int(r[0]): (float(r[1]), int(r[2])) for r in sql(
+            dsn, "SELECT id, extract(epoch FROM started_at), attempts FROM fairq.jobs")}
         check_final_state(dsn, all_ids)
     executed = runs(log_dir)
     twice = sorted(i for i, r in executed.items() if len(r) > 1)
     overlapping = sorted(i for i, r in executed.items()
                          if any(a[2] > b[1] for a, b in itertools.pairwise(sorted(r, key=by_start))))
     stderr = [e.read_text(errors="replace") for e in errs]
-    # Claimed before the freeze (the claim's now()) and started by their handler after it.
+    # The claim in flight: claimed before the freeze (the claim's now(); a job claimed again
+    # since has a later one, and attempts > 1), its first attempt started after it.
     came_back = [i for i, r in executed.items()
-                 if started_at[i] < frozen_at and min(s for _, s, _ in r) > thawed_at]
+                 if (claims[i][0] < frozen_at or claims[i][1] > 1)
+                 and min(s for a, s, _ in r if a == 1) > thawed_at]
     figures = {
         "jobs": len(all_ids), "produced": len(produced),
-        "claim_in_flight_at_freeze": claim_pid is not None,
+        "claim_in_flight_at_freeze": claim_pid is not None, "tries_to_catch_it": tries,
         "pids_stopped": n_stopped,
         "freeze_s": round(thawed_at - frozen_at, 1),
         "claimed_before_freeze_run_after": len(came_back),
