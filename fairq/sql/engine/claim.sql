@@ -48,7 +48,7 @@ $$;
 -- of them is held the wait returns no rows; the claim comes back empty and the store's second
 -- statement (`wait`), holding nothing, waits again, for a tenant that has room in its newer
 -- snapshot.
-CREATE FUNCTION {schema}.wait_and_pick(q text, lim int, by_weight bool, by_cost bool,
+CREATE OR REPLACE FUNCTION {schema}.wait_and_pick(q text, lim int, by_weight bool, by_cost bool,
                                       by_time bool)
 RETURNS TABLE (row_ tid, tenant text, vtime float8, inc float8, charge float8, id bigint,
                more bool)
@@ -139,7 +139,7 @@ $$;
 --
 -- by_time: each job counts its tenant's expected run time (avg_run_s, 1 s unknown) and the
 -- window is `win` jobs of the first runnable tenant, in seconds.
-CREATE FUNCTION {schema}.claim_fair(q text, lim int, by_weight bool, by_cost bool, by_time bool,
+CREATE OR REPLACE FUNCTION {schema}.claim_fair(q text, lim int, by_weight bool, by_cost bool, by_time bool,
                                     win float8, waiting bool, wk text)
 -- It returns the claimed jobs' columns by name, not the jobs table's row type: a plpgsql
 -- function caches the row type its statements were first planned with, and a later migration
@@ -470,7 +470,7 @@ $$;
 -- limit (a token is spent per job, under the row's lock) and is active; policies drr and time
 -- charge each job its own cost, so they count nothing ahead. Slots left unused go back with the
 -- sweep (return_budgets), their virtual time kept: paid early, never late.
-CREATE FUNCTION {schema}.give_ahead(q text, wk text, row_ tid, t text, n int, lim int,
+CREATE OR REPLACE FUNCTION {schema}.give_ahead(q text, wk text, row_ tid, t text, n int, lim int,
                                     by_weight bool, OUT k int, OUT inc float8)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

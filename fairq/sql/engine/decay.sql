@@ -7,7 +7,7 @@
 -- queue, and V itself, do not move. Each row is written by an UPDATE of its own, in tenant order,
 -- as return_slots writes them (docs/decisions/012): a row locked and then updated by one
 -- statement can deadlock with a claim. Returns how many rows it wrote.
-CREATE FUNCTION {schema}.decay_usage(q text, factor float8) RETURNS int
+CREATE OR REPLACE FUNCTION {schema}.decay_usage(q text, factor float8) RETURNS int
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v float8 := {schema}.queue_vtime(q);

@@ -24,7 +24,7 @@
 -- The advisory lock key of a (queue, tenant)'s slot returns: class 1718710899 ('fqrs'), the
 -- hash of the pair. Two pairs with one hash share a lock: an extra wait, never a wrong count.
 -- Inlined into its callers (no SET clause; nothing looked up through the caller's path).
-CREATE FUNCTION {schema}.returns_lock(q text, t text) RETURNS int
+CREATE OR REPLACE FUNCTION {schema}.returns_lock(q text, t text) RETURNS int
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT pg_catalog.hashtext(q OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) t) $$;
 
@@ -32,7 +32,7 @@ AS $$ SELECT pg_catalog.hashtext(q OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catal
 -- slots, policy time's corrections into an active tenant's virtual time, the run times into its
 -- expected run time (as return_slots does). In a statement of its own, so it sees every
 -- return committed before it started. Returns how many rows it wrote.
-CREATE FUNCTION {schema}.fold_returns(queues text[], tenants text[]) RETURNS int
+CREATE OR REPLACE FUNCTION {schema}.fold_returns(queues text[], tenants text[]) RETURNS int
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     written int;
@@ -66,7 +66,7 @@ $$;
 
 -- The expected run time after `runs` jobs that ran `run_sum` seconds in all: an exponential
 -- moving average in which each job weighs 0.2 (the first one sets it). Inlined, as above.
-CREATE FUNCTION {schema}.run_average(avg_s float8, runs int, run_sum float8) RETURNS float8
+CREATE OR REPLACE FUNCTION {schema}.run_average(avg_s float8, runs int, run_sum float8) RETURNS float8
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 -- OPERATOR() has one precedence, left to right: every step is in parentheses.
 AS $$ SELECT CASE WHEN runs OPERATOR(pg_catalog.>) 0 AND run_sum IS NOT NULL
@@ -82,7 +82,7 @@ AS $$ SELECT CASE WHEN runs OPERATOR(pg_catalog.>) 0 AND run_sum IS NOT NULL
 -- The queue's capped tenants with slots given back (slot_returns.capped): folded in, so those
 -- with a free slot are runnable again. Rows another transaction holds are skipped (it folds
 -- them, or the next claim does). Every claim calls it when there is one.
-CREATE FUNCTION {schema}.fold_capped(q text) RETURNS int
+CREATE OR REPLACE FUNCTION {schema}.fold_capped(q text) RETURNS int
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     ts_ text[];
@@ -106,7 +106,7 @@ $$;
 -- returns of tenants whose rows are gone are deleted.
 -- Slots counted ahead for a worker (claim.sql, give_ahead) and not started within `age` seconds
 -- of the last use are given back with it.
-CREATE FUNCTION {schema}.fold_stale_returns(age float8) RETURNS int
+CREATE OR REPLACE FUNCTION {schema}.fold_stale_returns(age float8) RETURNS int
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     sq text[];
@@ -149,7 +149,7 @@ $$;
 -- as a claim that counts slots does; the delete may wait a moment for its worker's claim
 -- starting jobs from it, which waits for nothing. Budgets whose tenant's row is gone are
 -- deleted. Returns how many rows it wrote.
-CREATE FUNCTION {schema}.return_budgets(age float8) RETURNS int
+CREATE OR REPLACE FUNCTION {schema}.return_budgets(age float8) RETURNS int
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     qs text[];
@@ -195,7 +195,7 @@ $$;
 -- A claim (or a change of caps) that leaves these tenants at their cap: wait for the finishes
 -- of theirs that have not committed (they hold returns_lock shared), then fold what they gave
 -- back. The caller holds the tenants' rows. Returns how many rows it wrote.
-CREATE FUNCTION {schema}.settle_capped(queues text[], tenants text[]) RETURNS int
+CREATE OR REPLACE FUNCTION {schema}.settle_capped(queues text[], tenants text[]) RETURNS int
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock(1718710899, k.k)
@@ -229,7 +229,7 @@ $$;
 --    shared if it is free, and the slot marked `capped` when the tenant is at its cap in a
 --    snapshot taken after that lock, or when a claim capping the tenant holds the lock or
 --    waits for it (the queue's next claim folds it). A finish never waits for that lock.
-CREATE FUNCTION {schema}.return_slots(queues text[], tenants text[], counts int[],
+CREATE OR REPLACE FUNCTION {schema}.return_slots(queues text[], tenants text[], counts int[],
                                       due_now bool[], retry_ats timestamptz[],
                                       corrections float8[] DEFAULT NULL,
                                       run_counts int[] DEFAULT NULL,
@@ -328,7 +328,7 @@ $$;
 -- A tenant's running jobs in a queue: its row's count less the slots given back to it and not
 -- yet folded in, and less the slots counted ahead for workers (claim.sql) not started yet. For
 -- readers (tests, operators' queries); the claims read the row's count.
-CREATE FUNCTION {schema}.tenant_running(ts {schema}.tenant_schedule) RETURNS int
+CREATE OR REPLACE FUNCTION {schema}.tenant_running(ts {schema}.tenant_schedule) RETURNS int
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
 AS $$ SELECT ts.running OPERATOR(pg_catalog.-) coalesce((
           SELECT sum(r.n) FROM {schema}.slot_returns r
