@@ -78,3 +78,17 @@ def test_a_downgrade_to_an_older_revision_and_back_ends_at_the_engine(
     build_engine(empty_dsn, ENGINE)
     with psycopg.connect(empty_dsn) as conn:
         assert differences(snapshot(conn, CHAIN), snapshot(conn, ENGINE)) == []
+
+
+def test_the_reviewable_upgrade_sql_also_ends_at_the_engine(empty_dsn: str) -> None:
+    """`fairq migrate --sql` from 0001, run by a DBA instead of fairq, gives the same schema
+    (the offline text must not double a % the online path sends once)."""
+    migrate.upgrade(empty_dsn, CHAIN, "0001")
+    script = migrate.upgrade_sql(CHAIN, start="0001")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute(script)
+    assert migrate.current(empty_dsn, CHAIN) == migrate._script().get_current_head()
+    build_engine(empty_dsn, ENGINE)
+    with psycopg.connect(empty_dsn) as conn:
+        assert differences(snapshot(conn, CHAIN), snapshot(conn, ENGINE)) == []
