@@ -104,7 +104,10 @@ SELECT %(tenant)s::text,
        CASE WHEN 'group' = ANY(p.f) THEN p.grp END,
        now()
 FROM p LEFT JOIN d ON true
+-- A row to insert unless the edit was made on settings that are gone (a version > 0, no row);
+-- with a row, the conflict below updates it if its version is the one expected.
 WHERE coalesce(%(expected)s::bigint, 0) = 0
+   OR EXISTS (SELECT FROM {schema}.tenants o WHERE o.tenant = %(tenant)s::text)
 ON CONFLICT (tenant) DO UPDATE
 SET weight = CASE WHEN 'weight' = ANY(%(fields)s::text[]) THEN excluded.weight ELSE t.weight END,
     max_running = CASE WHEN 'max_running' = ANY(%(fields)s::text[]) THEN excluded.max_running

@@ -179,3 +179,33 @@ def test_the_maintenance_makes_a_missing_schedule_row_and_says_so(
     assert [j.id for j in got] == [due]
     assert later not in [j.id for j in got]
     assert waker.run_once() == 0  # nothing more to repair
+
+
+def test_two_people_saving_over_one_version_one_wins_the_other_is_told(
+        dsn: str, apps: tuple[fairq.App, fairq.App]) -> None:
+    """Optimistic edits: both forms showed version N; exactly one save lands, the other is
+    refused with one line and changes nothing, in every round."""
+    a, b = apps
+    assert a.tenants.get("nobody").version == 0
+    with pytest.raises(InvalidInput, match="changed meanwhile by another operator"):
+        a.tenants.set("nobody", weight=2, expected_version=3)
+    assert a.tenants.get("nobody").configured is False
+    first = a.tenants.set("shared", weight=1, expected_version=0)  # no settings yet: 0
+    assert first.version == 1
+    for i in range(ROUNDS // 2):
+        shown = a.tenants.get("shared").version
+        w, m = 2 + i % 3, 1 + i % 4
+        errors = both(lambda v=shown, w=w: a.tenants.set("shared", weight=w, expected_version=v),
+                      lambda v=shown, m=m: b.tenants.set("shared", max_running=m,
+                                                         expected_version=v))
+        assert len(errors) == 1 and isinstance(errors[0], InvalidInput), errors
+        message = str(errors[0])
+        assert "\n" not in message and message.endswith("reload")
+        assert a.tenants.get("shared").version == shown + 1
+    # A change from any writer counts, a 0.1.0 operator's plain UPDATE included.
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE fairq.tenants SET weight = 7 WHERE tenant = 'shared'")
+    assert a.tenants.get("shared").version == 1 + ROUNDS // 2 + 1
+    with pytest.raises(InvalidInput):
+        a.tenants.set("shared", weight=8, expected_version=1 + ROUNDS // 2)
+    assert a.tenants.get("shared").weight == 7
