@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from fairq import validation as v
 from fairq.errors import InvalidInput
+from fairq.models import PATCH_FIELDS, TenantConfig, TenantPatch
 from fairq.store import console
 
 if TYPE_CHECKING:
@@ -52,11 +53,7 @@ def _opt_name(kind: str, value: str | None) -> str | None:
 def _int(kind: str, text: str | None, default: int, lo: int, hi: int) -> int:
     if text in (None, ""):
         return default
-    try:
-        number = int(str(text))
-    except ValueError:
-        raise InvalidInput(f"{kind} must be an integer, not {text!r}") from None
-    return v.integer(kind, number, lo, hi)
+    return v.integer(kind, v.parse_integer(kind, str(text)), lo, hi)
 
 
 # -- overview ------------------------------------------------------------------------------
@@ -170,45 +167,71 @@ def job_id(text: str) -> int:
 
 
 # -- actions -------------------------------------------------------------------------------
-def tenant_settings(form: Mapping[str, Any]) -> dict[str, Any]:
-    """``weight``, ``max_running`` and ``rate`` from a form or JSON ('' or missing: keep; rate
-    'unlimited' or null in JSON: no limit), checked as ``fairq tenants set`` checks them."""
-    from fairq.app import KEEP
+class FieldError(InvalidInput):
+    """A refused settings change, and the form field it concerns (None: the whole form, as a
+    change made meanwhile by another operator)."""
 
-    out: dict[str, Any] = {"weight": None, "max_running": None, "rate": KEEP}
-    w = form.get("weight")
-    if w not in (None, ""):
-        out["weight"] = v.weight(_number("weight", w))
-    m = form.get("max_running")
-    if m not in (None, ""):
-        out["max_running"] = v.max_running(m if isinstance(m, int) else
-                                           _int("max_running", str(m), 0, 0, 1_000_000))
-    if "rate" in form:
-        r = form["rate"]
-        if r is None or (isinstance(r, str) and r.strip().lower() == "unlimited"):
-            out["rate"] = None
-        elif r != "":
-            out["rate"] = v.rate(_number("rate", r))
-    if out["weight"] is None and out["max_running"] is None and out["rate"] is KEEP:
-        raise InvalidInput("give weight, max_running and/or rate")
-    return out
+    def __init__(self, message: str, field: str | None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
-def _number(kind: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise InvalidInput(f"{kind} must be a number, not {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
+# The fields of the tenant form besides the patch's own: its CSRF token, and the version of the
+# settings the page showed (JSON: expected_version). Every other key goes to tenant_patch, which
+# refuses any that is not a setting.
+FORM_EXTRA = ("csrf", "version")
+JSON_EXTRA = ("expected_version",)
+
+
+def _field_of(message: str) -> str | None:
+    """The patch field a refusal from tenant_patch or the store is about (None: the form as a
+    whole, as an unknown setting, no setting given or a change made meanwhile)."""
+    for f in PATCH_FIELDS:
+        if message.startswith((f + " ", f"unknown {f} ")):
+            return f
+    if "burst needs a rate" in message:  # the store's: the tenant has no rate to burst on
+        return "burst"
+    return None
+
+
+def _version(kind: str, value: Any) -> int | None:
+    """The version an edit was made on (blank or null: none given, nothing checked)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        value = v.parse_integer(kind, value)
+    return v.integer(kind, value, 0, 2**63 - 1)
+
+
+def patch_from(name: str, fields: Mapping[str, Any], *, form: bool
+               ) -> tuple[TenantPatch, int | None]:
+    """The tenant patch and the expected version that a form (a blank field: keep) or a JSON
+    object asks for. The values are checked once, by ``fairq.validation.tenant_patch`` (numbers
+    as text strictly, an unknown key refused); FieldError names the field a refusal is about."""
+    extra = FORM_EXTRA if form else JSON_EXTRA
+    values = {k: x for k, x in fields.items() if k not in extra
+              and not (form and isinstance(x, str) and not x.strip())}
     try:
-        return float(str(value))
-    except ValueError:
-        raise InvalidInput(f"{kind} must be a number, not {value!r}") from None
+        expected = _version(extra[-1], fields.get(extra[-1]))
+        return v.tenant_patch(name, values, text=True), expected
+    except InvalidInput as exc:
+        raise FieldError(str(exc), _field_of(str(exc))) from None
 
 
-def set_tenant(app: App, name: str, form: Mapping[str, Any]) -> Any:
-    s = tenant_settings(form)
-    return app.tenants.set(v.name("tenant", name), weight=s["weight"],
-                           max_running=s["max_running"], rate=s["rate"])
+def set_tenant(app: App, name: str, fields: Mapping[str, Any], *, form: bool = True
+               ) -> TenantConfig:
+    """Apply the form's or JSON's change; a refusal (FieldError) says which field."""
+    patch, expected = patch_from(v.name("tenant", name), fields, form=form)
+    try:
+        return app.tenants.patch(patch, expected_version=expected)
+    except InvalidInput as exc:
+        stale = "changed meanwhile" in str(exc)
+        raise FieldError(str(exc), None if stale else _field_of(str(exc))) from None
+
+
+def group_names(app: App) -> list[str]:
+    """The groups a tenant can be put in (the form's choices)."""
+    return sorted({g.name for g in app.groups.list()} | {v.DEFAULT_GROUP})
 
 
 def retry_job(app: App, jid: int) -> dict[str, Any]:

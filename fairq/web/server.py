@@ -8,7 +8,7 @@ import asyncio
 import json
 import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
@@ -117,13 +117,49 @@ class Console:
                          auto=True)
 
     def tenant(self, request: Request) -> Response:
-        t = data.tenant(self.app, _name(request))
         if request.url.path.startswith("/api/"):
-            return self.json(t)
+            return self.json(data.tenant(self.app, _name(request)))
+        return self._tenant_page(request)
+
+    def _tenant_page(self, request: Request, status: int = 200,
+                     typed: Mapping[str, Any] | None = None,
+                     refused: data.FieldError | None = None) -> Response:
+        """The tenant's page; after a refused save, with what was typed kept in the form and
+        the message beside the field it concerns."""
+        t = data.tenant(self.app, _name(request))
         chart = charts.wait_and_share([h["at"].strftime("%H:%M:%S") for h in t["history"]],
                                       [h["wait_seconds"] for h in t["history"]],
                                       [h["share"] for h in t["history"]])
-        return self.page(request, "tenant.html", t=t, chart=chart, auto=True)
+        return self.page(request, "tenant.html", status, t=t, chart=chart,
+                         auto=refused is None, typed=typed or {},
+                         refused=None if refused is None else
+                         {"field": refused.field, "message": str(refused)},
+                         groups=data.group_names(self.app))
+
+    async def save_tenant(self, request: Request) -> Response:
+        """A tenant's settings change, from the page's form or as JSON: one patch of the
+        fields given; the form carries the version it showed, and a save over a newer one is
+        refused (409) instead of overwriting."""
+        api = request.url.path.startswith("/api/")
+        fields, why = await self._authorized(request)
+        if why is not None:
+            return self.error(request, 403, why)
+        name = _name(request)
+        try:
+            result = await run_in_threadpool(data.set_tenant, self.app, name, fields,
+                                             form=not api)
+        except data.FieldError as exc:
+            status = 409 if "changed meanwhile" in str(exc) else 400
+            if api:
+                return self.json({"error": str(exc), "field": exc.field}, status)
+            typed = {k: x for k, x in fields.items() if k != sec.CSRF_FIELD}
+            return await run_in_threadpool(self._tenant_page, request, status, typed, exc)
+        except InvalidInput as exc:
+            return self.error(request, 400, str(exc))
+        if api:
+            return self.json(result)
+        return RedirectResponse(_with_notice("/tenants/" + quote(name, safe=""), "saved"),
+                                status_code=303)
 
     def jobs(self, request: Request) -> Response:
         f = data.job_filters(request.query_params)
@@ -233,8 +269,6 @@ class Console:
         def job_back(r: Request) -> str:
             return "/jobs/" + quote(r.path_params["id"])
         actions = {
-            f"/tenants/{name}": (lambda r, f: data.set_tenant(
-                self.app, _name(r), f), "saved", tenant_back),
             f"/tenants/{name}/retry": (lambda r, f: data.retry_tenant(
                 self.app, _name(r)), "retried_all", tenant_back),
             f"/tenants/{name}/cancel": (lambda r, f: data.cancel_tenant(
@@ -250,6 +284,7 @@ class Console:
                 Route(prefix + "/" if not prefix else "/api/overview", self.overview),
                 Route(prefix + "/tenants", self.tenants),
                 Route(prefix + f"/tenants/{name}", self.tenant, methods=["GET"]),
+                Route(prefix + f"/tenants/{name}", self.save_tenant, methods=["POST"]),
                 Route(prefix + "/jobs", self.jobs),
                 Route(prefix + f"/jobs/{job}", self.job, methods=["GET"]),
             ]
