@@ -11,7 +11,9 @@ reports all queues so the worker claims once, and the worker's fallback poll cov
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import random
 import threading
 from collections.abc import Callable, Collection
@@ -54,6 +56,10 @@ class Listener:
         self.connected = threading.Event()  # set while LISTEN is in effect (tests wait on it)
         self.reconnects = 0
         self._stop = threading.Event()
+        # stop() writes to this pipe: the wait on the socket ends at once, not after up to
+        # check_interval (a stopping worker, an empty `run(until_empty=True)`, waited it out).
+        self._wake_r, self._wake_w = os.pipe()
+        self._wake_open = True
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -62,8 +68,16 @@ class Listener:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
+        if self._wake_open:
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
         if self._thread is not None:
             self._thread.join(timeout)
+        if self._wake_open and (self._thread is None or not self._thread.is_alive()):
+            self._wake_open = False  # closed once: a second stop never closes a reused fd
+            for fd in (self._wake_r, self._wake_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def _run(self) -> None:
         failures = 0
@@ -107,7 +121,7 @@ class Listener:
         while not self._stop.is_set():
             # A client-side wait on the socket: nothing is sent to the server. Each note is
             # passed on as it arrives; the timeout only bounds how late stop() is seen.
-            for queue in conn.payloads(timeout=self.check_interval):
+            for queue in conn.payloads(timeout=self.check_interval, wake=self._wake_r):
                 if not self.queues or queue in self.queues:
                     self.on_wake(frozenset((queue,)))
                 if self._stop.is_set():

@@ -5,6 +5,7 @@ pooler. What to do with a wake-up, and reconnecting, are the runtime's (fairq.ru
 
 from __future__ import annotations
 
+import select
 from collections.abc import Iterator
 from types import TracebackType
 
@@ -30,10 +31,22 @@ class Notifications:
             self._conn.close()
             raise
 
-    def payloads(self, timeout: float) -> Iterator[str]:
+    def payloads(self, timeout: float, wake: int | None = None) -> Iterator[str]:
         """The payloads of the notifications that arrive within ``timeout`` seconds, each as it
-        arrives. A client-side wait on the socket: nothing is sent to the server."""
-        for note in self._conn.notifies(timeout=timeout):
+        arrives. A client-side wait on the socket: nothing is sent to the server. ``wake``: a
+        file descriptor whose becoming readable ends the wait at once (a stopping worker's)."""
+        if wake is None:
+            for note in self._conn.notifies(timeout=timeout):
+                yield note.payload
+            return
+        yield from self._pending()
+        ready, _, _ = select.select([self._conn.fileno(), wake], [], [], timeout)
+        if self._conn.fileno() in ready:
+            yield from self._pending()
+
+    def _pending(self) -> Iterator[str]:
+        """The notifications already received or readable now, without waiting."""
+        for note in self._conn.notifies(timeout=0):
             yield note.payload
 
     def close(self) -> None:
