@@ -14,6 +14,7 @@ from fairq import validation as v
 from fairq.errors import InvalidInput
 from fairq.models import PATCH_FIELDS, TenantConfig, TenantPatch
 from fairq.store import console
+from fairq.store.settings import STALE
 
 if TYPE_CHECKING:
     from fairq.app import App
@@ -168,12 +169,12 @@ def job_id(text: str) -> int:
 
 # -- actions -------------------------------------------------------------------------------
 class FieldError(InvalidInput):
-    """A refused settings change, and the form field it concerns (None: the whole form, as a
-    change made meanwhile by another operator)."""
+    """A refused settings change, and the form field it concerns (None: the whole form);
+    ``stale``: refused because another operator changed the settings meanwhile."""
 
-    def __init__(self, message: str, field: str | None) -> None:
+    def __init__(self, message: str, field: str | None, *, stale: bool = False) -> None:
         super().__init__(message)
-        self.field = field
+        self.field, self.stale = field, stale
 
 
 # The fields of the tenant form besides the patch's own: its CSRF token, and the version of the
@@ -225,8 +226,8 @@ def set_tenant(app: App, name: str, fields: Mapping[str, Any], *, form: bool = T
     try:
         return app.tenants.patch(patch, expected_version=expected)
     except InvalidInput as exc:
-        stale = "changed meanwhile" in str(exc)
-        raise FieldError(str(exc), None if stale else _field_of(str(exc))) from None
+        stale = expected is not None and STALE in str(exc)
+        raise FieldError(str(exc), None if stale else _field_of(str(exc)), stale=stale) from None
 
 
 def group_names(app: App) -> list[str]:

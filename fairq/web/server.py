@@ -149,7 +149,7 @@ class Console:
             result = await run_in_threadpool(data.set_tenant, self.app, name, fields,
                                              form=not api)
         except data.FieldError as exc:
-            status = 409 if "changed meanwhile" in str(exc) else 400
+            status = 409 if exc.stale else 400
             if api:
                 return self.json({"error": str(exc), "field": exc.field}, status)
             typed = {k: x for k, x in fields.items() if k != sec.CSRF_FIELD}

@@ -85,9 +85,8 @@ def test_the_reviewable_upgrade_sql_also_ends_at_the_engine(empty_dsn: str) -> N
     (the offline text must not double a % the online path sends once)."""
     migrate.upgrade(empty_dsn, CHAIN, "0001")
     script = migrate.upgrade_sql(CHAIN, start="0001")
-    with psycopg.connect(empty_dsn, autocommit=True) as conn:
-        with conn.transaction():
-            conn.execute(script)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(script)
     assert migrate.current(empty_dsn, CHAIN) == migrate._script().get_current_head()
     build_engine(empty_dsn, ENGINE)
     with psycopg.connect(empty_dsn) as conn:

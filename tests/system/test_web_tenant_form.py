@@ -1,6 +1,9 @@
 """The tenant settings form in headless Chromium, and its JSON twin: one patch of the fields
 given (burst and group included), a stale form refused instead of overwriting, a refusal shown
-beside its field with what was typed kept, an unknown field refused with nothing changed."""
+beside its field with what was typed kept, an unknown field refused with nothing changed.
+
+The screenshots of the two refusals are saved in the test's folder, and into the folder
+FAIRQ_WEB_SCREENSHOTS names (docs/web.md: ``FAIRQ_WEB_SCREENSHOTS=docs/web``)."""
 
 from __future__ import annotations
 
@@ -96,6 +99,12 @@ def log_in(d: Any, base: str, path: str) -> None:
     d.execute_script("window.sessionStorage.setItem('fairq-refresh', 'off')")
 
 
+def status(d: Any) -> int:
+    """The HTTP status of the page the browser shows."""
+    return int(d.execute_script(
+        "return performance.getEntriesByType('navigation')[0].responseStatus"))
+
+
 browser_only = pytest.mark.skipif(_missing() is not None, reason="chromium and chromedriver")
 
 
@@ -113,7 +122,10 @@ def test_a_stale_form_is_refused_and_keeps_what_was_typed(
     d.find_element(By.ID, "save").click()
     error = until(d, lambda: d.find_elements(By.ID, "form-error"), "the refusal")[0]
     assert "changed meanwhile by another operator" in error.text and error.text.endswith("reload")
+    assert status(d) == 409  # the same page, not an error page
+    assert d.find_elements(By.ID, "chart") and not d.find_elements(By.ID, "set-cap-error")
     assert d.find_element(By.ID, "set-cap").get_attribute("value") == "7"  # kept
+    d.execute_script("arguments[0].scrollIntoView()", d.find_element(By.ID, "settings-form"))
     shot(d, tmp_path, "tenant-stale-form.png")
     assert tenant_row(dsn, "acme") == (3.0, 4, None, None, None, 2)  # nothing overwritten
     # Reloaded, the same save lands.
@@ -143,6 +155,8 @@ def test_burst_and_group_from_the_form_and_a_bad_number_beside_its_field(
     assert err.text == "weight must be a number, not '5_0'"
     assert d.find_element(By.ID, "set-weight").get_attribute("aria-invalid") == "true"
     assert d.find_element(By.ID, "set-rate").get_attribute("value") == "4"
+    assert status(d) == 400 and d.find_elements(By.ID, "chart")
+    d.execute_script("arguments[0].scrollIntoView()", d.find_element(By.ID, "settings-form"))
     shot(d, tmp_path, "tenant-bad-number.png")
     assert tenant_row(dsn, "globex") is None
     weight = d.find_element(By.ID, "set-weight")
@@ -156,7 +170,7 @@ def test_burst_and_group_from_the_form_and_a_bad_number_beside_its_field(
     with psycopg.connect(dsn) as conn:  # and the engine's copy
         assert conn.execute("SELECT weight, rate, burst, tenant_group FROM fairq.tenant_schedule "
                             "WHERE tenant = 'globex'").fetchone() == (2.5, 4.0, 9, "enterprise")
-    shot(d, tmp_path, "tenant-form.png")
+    d.save_screenshot(str(tmp_path / "tenant-form.png"))
 
 
 def test_the_json_patch_refuses_unknown_fields_and_stale_versions(
@@ -167,8 +181,13 @@ def test_the_json_patch_refuses_unknown_fields_and_stale_versions(
                      {"weight": 2, "burst": 7, "group": "enterprise", "bogus": 1})
     assert code == 400 and "unknown tenant setting(s) 'bogus'" in body["error"]
     assert tenant_row(dsn, "acme") == (1.0, 10, None, None, None, 1)
-    code, body = api(web, "/api/tenants/acme", {"weight": "5_0"})
-    assert code == 400 and body["field"] == "weight"
+    for bad, field in (({"weight": "5_0"}, "weight"), ({"weight": "nan"}, "weight"),
+                       ({"max_running": "١٢"}, "max_running"), ({"weight": True}, "weight"),
+                       ({"weight": 2, "expected_version": "1_0"}, None)):
+        code, body = api(web, "/api/tenants/acme", bad)
+        assert code == 400 and body["field"] == field, (bad, body)
+        assert "\n" not in body["error"]
+    assert tenant_row(dsn, "acme") == (1.0, 10, None, None, None, 1)
     code, body = api(web, "/api/tenants/acme", {"burst": 7})  # no rate: refused
     assert code == 400 and "burst" in body["error"]
     code, body = api(web, "/api/tenants/acme", {"rate": 3, "burst": 7, "group": "enterprise",
@@ -181,3 +200,29 @@ def test_the_json_patch_refuses_unknown_fields_and_stale_versions(
     assert tenant_row(dsn, "acme") == (1.0, 10, 3.0, 7, "enterprise", 2)
     code, body = api(web, "/api/tenants/acme", {"group": "nope"})
     assert code == 400 and body["field"] == "group"
+
+
+def test_the_form_fields_become_one_patch() -> None:
+    """Blank fields keep, the CSRF token and version are the form's own, numbers are parsed
+    strictly, and each refusal names its field (None: the form as a whole)."""
+    from fairq.web import data
+
+    patch, version = data.patch_from("acme", {"csrf": "x", "version": "3", "weight": " 2.5 ",
+                                              "max_running": "", "rate": "unlimited",
+                                              "burst": "", "group": ""}, form=True)
+    assert (patch.fields, patch.weight, patch.rate, version) == ({"weight", "rate"}, 2.5, None, 3)
+    patch, version = data.patch_from("acme", {"group": "default", "max_running": 0}, form=False)
+    assert (patch.fields, patch.group, patch.max_running, version) == (
+        {"group", "max_running"}, None, 0, None)
+    for fields, form, field in (({"weight": "5_0"}, True, "weight"),
+                                ({"max_running": "١٢"}, True, "max_running"),
+                                ({"rate": "nan"}, True, "rate"),
+                                ({"rate": "unlimited", "burst": "3"}, True, "burst"),
+                                ({"version": "x", "weight": "2"}, True, None),
+                                ({"version": "-1", "weight": "2"}, True, None),
+                                ({"weight": "", "csrf": "x"}, True, None),
+                                ({"weight": 2, "bogus": 1}, False, None),
+                                ({"weight": 2, "version": 1}, False, None)):
+        with pytest.raises(data.FieldError) as refused:
+            data.patch_from("acme", fields, form=form)
+        assert refused.value.field == field, (fields, str(refused.value))

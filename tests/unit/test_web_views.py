@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from fairq.app import KEEP
 from fairq.errors import InvalidInput
 from fairq.web import charts, data
 
@@ -46,17 +45,22 @@ def test_tenant_query() -> None:
 
 
 def test_tenant_settings_are_checked_like_the_cli() -> None:
-    assert data.tenant_settings({"weight": "2.5", "max_running": "", "rate": ""}) == {
-        "weight": 2.5, "max_running": None, "rate": KEEP}
-    assert data.tenant_settings({"rate": "unlimited"})["rate"] is None
-    assert data.tenant_settings({"rate": None})["rate"] is None  # JSON null: no limit
-    assert data.tenant_settings({"max_running": 0})["max_running"] == 0  # paused
-    for bad, match in (({}, "give weight"), ({"weight": "0"}, "weight must be between"),
-                       ({"weight": "nan"}, "weight"), ({"weight": True}, "number"),
-                       ({"max_running": "-1"}, "max_running"), ({"rate": "fast"}, "number"),
-                       ({"rate": "0"}, "rate must be between")):
+    """The form and the JSON become one patch, checked by fairq.validation.tenant_patch."""
+    p, version = data.patch_from("acme", {"weight": "2.5", "max_running": "", "rate": "",
+                                          "csrf": "x", "version": "3"}, form=True)
+    assert (p.fields, p.weight, version) == ({"weight"}, 2.5, 3)
+    assert data.patch_from("acme", {"rate": "unlimited"}, form=True)[0].rate is None
+    assert data.patch_from("acme", {"rate": None}, form=False)[0].rate is None  # JSON null
+    assert data.patch_from("acme", {"max_running": 0}, form=False)[0].max_running == 0
+    for bad, match, form in (({}, "give at least one", True),
+                             ({"weight": "0"}, "weight must be between", True),
+                             ({"weight": "nan"}, "weight", True), ({"weight": True}, "number", False),
+                             ({"max_running": "-1"}, "max_running", True), ({"rate": "fast"}, "number", True),
+                             ({"rate": "0"}, "rate must be between", True),
+                             ({"weight": 2, "bogus": 1}, "unknown tenant setting", False),
+                             ({"weight": 2, "version": "1"}, "unknown tenant setting", False)):
         with pytest.raises(InvalidInput, match=match):
-            data.tenant_settings(bad)
+            data.patch_from("acme", bad, form=form)
 
 
 def test_job_filters_and_ids() -> None:
