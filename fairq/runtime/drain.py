@@ -60,7 +60,7 @@ class Drain:
             if expired_lease_exists(store):  # look again then
                 sh.wake_tenants_at(time.monotonic() + max(MIN_WAKE_SECONDS, wait))
                 return False
-        elif reap_and_report(store, self.observer).total:
+        elif reap_and_report(store, self.observer, stall=sh.outage.stall).total:
             return False
         stranded, expires_in = store.held_running(self.worker_id)
         if stranded:

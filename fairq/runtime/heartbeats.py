@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fairq.job import Job
+from fairq.models import ClaimedJob
 from fairq.runtime.background import Background
 from fairq.runtime.outage import is_outage
 from fairq.runtime.state import Shared, log
@@ -31,6 +32,22 @@ class Heartbeats:
         """Seconds between two extensions of ``job``'s lease: a third of it unless set."""
         return self.interval or max(0.1, job.lease_seconds / 3.0)
 
+    def count_from(self, jobs: Sequence[ClaimedJob], sent: float) -> None:
+        """Count the heartbeats of a claim's leases from when it was sent (monotonic), not from
+        its answer: its now(), where the leases start, is no earlier. So a claim that took long
+        (one a stalled server answers with leases computed before the stall: expired, or
+        nearly) has them renewed at once, not a third of a lease later (decision 019)."""
+        sh = self.shared
+        sooner = False
+        with sh.lock:
+            for c in jobs:
+                r = sh.inflight.get((c.id, c.attempts)) or sh.unwritten.get((c.id, c.attempts))
+                if r is not None and sent + self.every(r.job) < r.next_extend:
+                    r.next_extend = sent + self.every(r.job)
+                    sooner = True
+        if sooner:
+            sh.heartbeat_wake.set()
+
     def start(self) -> None:
         self._background.start()
 
@@ -52,10 +69,12 @@ class Heartbeats:
                 sh.heartbeat_wake.clear()  # the next turn looks again: nothing is lost
                 continue
             try:
+                sh.outage.calling()  # timed: a stalled database is an outage (decision 019)
                 self.beat(self._store(), now)
                 failures = 0
                 sh.outage.ok()
             except (DatabaseError, PoolTimeout) as e:
+                sh.outage.idle()
                 failures += 1
                 delay = min(1.0, 0.05 * 2 ** min(failures, 5))  # a lease is at stake: retry soon
                 delay *= random.uniform(0.5, 1.0)
@@ -68,6 +87,7 @@ class Heartbeats:
                                 str(e).strip()[:200], delay)
                 self._exit.wait(delay)
             except Exception:  # a bug must not stop the heartbeats
+                sh.outage.idle()
                 log.exception("heartbeat error; retrying in 1s")
                 self._exit.wait(1.0)
 

@@ -111,7 +111,8 @@ class Worker:
                                         durable_finishes=settings.durable_finishes,
                                         on_lost=lambda: self.finisher.lost_connection(None))
         self.shared = Shared()
-        self.shared.outage = Outage(log, on_reconnect=lambda: observe_reconnect(self.observer))
+        self.shared.outage = Outage(log, on_reconnect=lambda: observe_reconnect(self.observer),
+                                    grace=settings.reap_grace)
         self.stats: WorkerStats = self.shared.stats
         self.heartbeats = Heartbeats(self.shared, lambda: self.connections.heartbeat,
                                      settings.heartbeat_interval)
@@ -216,7 +217,8 @@ class Worker:
     def _services(self, store: Store) -> list[Service]:
         s = self.settings
         services: list[Service] = [
-            Reaper(store, s.reap_interval, self.observer, ready=self.may_reap),
+            Reaper(store, s.reap_interval, self.observer, ready=self.shared.outage.may_reap,
+                   stall=self.shared.outage.stall),
             DueWaker(store, s.wake_interval),
             StrandedWaker(store, s.stranded_interval),
             VtimeRebase(store),
@@ -286,6 +288,7 @@ class Worker:
                 sh.poll_now = False
                 busy = bool(sh.inflight or sh.hot)
             try:
+                self.shared.outage.calling()  # timed: a stall is an outage (decision 019)
                 if self._claim_unknown:
                     read_back(store, self.shared, self.worker_id, self.finisher.recent())
                     self._claim_unknown = False
@@ -385,11 +388,12 @@ class Worker:
         total = 0
         for q in targets[k:] + targets[:k]:
             while free > 0:  # a full batch means there is probably more: fill the free slots
-                want = min(free, self.batch)
+                want, sent = min(free, self.batch), time.monotonic()
                 jobs = self._claim_one(store, q, want)
                 if jobs:
                     self.stats.claimed += len(jobs)
                     self.slots.dispatch(store, jobs)
+                    self.heartbeats.count_from(jobs, sent)
                     free -= len(jobs)
                     total += len(jobs)
                 if len(jobs) < want:
@@ -437,10 +441,6 @@ class Worker:
         if len(jobs) < want:
             self._note_next_wake(store, q)
         return jobs
-
-    def may_reap(self) -> bool:
-        """Connected for ``reap_grace`` s: live workers renewed their leases (decision 016)."""
-        return self.shared.outage.connected_for() >= self.settings.reap_grace
 
     def _note_next_wake(self, store: Store, q: str) -> None:
         """Remember when the queue's first idle tenant wakes (at least 10 ms from now, so a

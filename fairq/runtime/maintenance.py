@@ -64,11 +64,39 @@ def reaped_summary(jobs: Sequence[tuple[int, str, str, str]]) -> str:
     return ", ".join(parts)
 
 
-def reap_and_report(store: Store, observer: WorkerObserver, limit: int = 1000) -> ReapResult:
+def reap_pinned(store: Store, limit: int, stall: float) -> ReapResult | None:
+    """``reap_expired`` in a transaction whose now(), the time every lease is compared with,
+    was taken while the database answered promptly: its first statement (``reap_now``) must
+    come back within ``stall`` seconds, else nothing is reaped (None). In a transaction of its
+    own, a reap the server received just before it froze would take its now() after the
+    freeze, and return every lease that expired during it (decision 019)."""
+    began = time.monotonic()
+    result = ReapResult()
+    with store.cursor(atomic=True) as cur:
+        cur.execute(store.statement("reap_now"))
+        cur.fetchall()
+        if time.monotonic() - began > stall:
+            log.info("reaper: the database took %.1fs to answer; not reaping now",
+                     time.monotonic() - began)
+            return None
+        cur.execute(store.statement("reap_expired"), {"limit": limit})
+        for r in cur.fetchall():
+            target = result.requeued if r["status"] == "queued" else result.failed
+            target[r["queue"]] = target.get(r["queue"], 0) + 1
+            result.jobs.append((int(r["id"]), r["queue"], r["tenant"], r["status"]))
+    return result
+
+
+def reap_and_report(store: Store, observer: WorkerObserver, limit: int = 1000, *,
+                    stall: float | None = None) -> ReapResult:
     """One reap: expired leases back to the queue (or failed at max_attempts), counted in the
     observer and logged with how many and whose. The maintenance reaper and a drain both use it,
-    so a lease reaped by either is never silent."""
-    result = store.reap_expired(limit=limit)
+    so a lease reaped by either is never silent. ``stall``: a worker's (``Outage.stall``), the
+    reap runs as ``reap_pinned`` (nothing reaped when its first statement is that slow)."""
+    if stall is None:
+        result = store.reap_expired(limit=limit)
+    else:
+        result = reap_pinned(store, limit, stall) or ReapResult()
     for queue in sorted(set(result.requeued) | set(result.failed)):
         failed = result.failed.get(queue, 0)
         observer.on_reap(queue, result.requeued.get(queue, 0) + failed, failed)
@@ -91,11 +119,15 @@ class Reaper:
     key: str = "reap"
     # Whether this process may reap now (the worker's: connected long enough, decision 016).
     ready: Callable[[], bool] = lambda: True
+    # The worker's Outage.stall: each reap runs as reap_pinned (decision 019).
+    stall: float | None = None
 
     def run_once(self) -> int:
         total = 0
-        while True:
-            result = reap_and_report(self.store, self.observer, self.limit)
+        # Asked again before each reap: the statement that elected this worker (or the last
+        # reap) may be the one a stalled database kept waiting (decision 019).
+        while self.ready():
+            result = reap_and_report(self.store, self.observer, self.limit, stall=self.stall)
             total += result.total
             if result.total < self.limit:
                 break

@@ -12,6 +12,13 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value
 WHERE (s.value->>'at')::timestamptz <= now() - make_interval(secs => %(interval)s)
 RETURNING s.key;
 
+-- name: reap_now
+-- The reaper's first statement, in the transaction of its reap_expired (fairq/runtime/
+-- maintenance.py, reap_pinned): now() is the transaction's start, so the reap compares the
+-- leases with a time at which the database answered promptly, not with the moment a stalled
+-- server got round to the reap (docs/decisions/019-stalls-count-as-outages.md).
+SELECT now() AS now;
+
 -- name: schedule_vacuum_due
 -- Is a VACUUM of tenant_schedule worth its cost (10-30 ms) now? Every fair claim walks the
 -- runnable index from its front, over the entries that claims and finishes left dead since the

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,9 @@ import psycopg
 import pytest
 
 import fairq
+from fairq.policies import get_policy
+from fairq.runtime.maintenance import reap_pinned
+from fairq.runtime.outage import Outage
 from tests.support.fault_tools import (
     Producer,
     check_final_state,
@@ -229,10 +234,87 @@ def test_a_frozen_server_costs_no_live_workers_job(tmp_path: Path) -> None:
         "db_max_attempts": max_attempts,
         "executed_twice": len(twice), "overlapping_runs": len(overlapping),
         "lease_lost_lines": sum(s.count("lease lost") for s in stderr),
+        "stall_lines": [s.count("to answer (a stalled server") for s in stderr],
         "reaped_lines": [ln for s in stderr for ln in s.splitlines() if "reaped" in ln][:4],
     }
     print(f"\n{figures}")
     assert claim_pid is not None, "no claim was in flight when the server froze"
+    assert came_back, f"the claim caught in flight brought back no job: {figures}"
     assert set(executed) == set(all_ids), "a job never ran"
     assert (rerun_db, reaped_db) == (0, 0), f"a live worker's job was reaped: {figures}"
     assert twice == [], f"jobs ran twice: {twice[:10]} {figures}"
+
+
+def test_a_stall_restarts_the_grace_and_is_said_once() -> None:
+    """Statements slower than a quarter of the grace restart it from their end; while they
+    wait, connected_for is 0; several threads' statements ending with one stall log it once;
+    with a grace of 0 nothing is a stall."""
+    now = [100.0]
+    logs: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logs.append(record.getMessage())
+
+    log = logging.getLogger("test.stall")
+    log.addHandler(Capture())
+    o = Outage(log, grace=4.0, clock=lambda: now[0])
+    assert o.stall == 1.0
+    o.ok()
+    now[0] += 10
+    assert o.connected_for() == 10.0
+    o.calling()
+    now[0] += 0.5
+    o.ok()  # prompt enough
+    assert o.connected_for() == pytest.approx(10.5) and o.stalls == 0
+    o.calling()
+    called, answer = threading.Event(), threading.Event()
+
+    def other_thread() -> None:  # the heartbeats, say: its statements wait too
+        o.calling()
+        called.set()
+        answer.wait(10)
+        o.ok()
+
+    other = threading.Thread(target=other_thread)
+    other.start()
+    assert called.wait(10)
+    now[0] += 0.9
+    assert o.connected_for() == pytest.approx(11.4)  # waiting, not yet a stall
+    now[0] += 19.1
+    assert o.connected_for() == 0.0  # still waiting: the database may be stalled right now
+    o.ok()
+    assert o.connected_for() == 0.0  # the other thread's statements still wait
+    now[0] += 0.01
+    answer.set()
+    other.join(10)
+    assert o.stalls == 2 and not o.down and o.reconnects == 0
+    now[0] += 3
+    assert o.connected_for() == pytest.approx(3.0)
+    assert len(logs) == 1 and "took 20.0s to answer" in logs[0], logs
+    off = Outage(log, grace=0.0, clock=lambda: now[0])
+    off.ok()
+    off.calling()
+    now[0] += 60
+    off.ok()
+    assert off.stall is None and off.stalls == 0 and off.connected_for() == 60.0
+
+
+def test_a_reap_whose_first_statement_is_slow_reaps_nothing(dsn: str) -> None:
+    """reap_pinned reaps as reap_expired does when its first statement answers within the
+    stall, and leaves every lease alone when it does not."""
+    app = fairq.App(dsn)
+    try:
+        job_id = app.enqueue("t", tenant="a")
+        store = app.store
+        assert [c.id for c in store.claim(get_policy("fifo"), queue="default", batch=1,
+                                          worker="w1")] == [job_id]
+        sql(dsn, "UPDATE fairq.jobs SET locked_until = now() - interval '1 second' "
+                 "WHERE id = %s", (job_id,))
+        assert reap_pinned(store, 10, stall=0.0) is None
+        assert sql(dsn, "SELECT status FROM fairq.jobs WHERE id = %s", (job_id,)) == [("running",)]
+        result = reap_pinned(store, 10, stall=5.0)
+        assert result is not None and [j[0] for j in result.jobs] == [job_id]
+        assert sql(dsn, "SELECT status FROM fairq.jobs WHERE id = %s", (job_id,)) == [("queued",)]
+    finally:
+        app.close()
