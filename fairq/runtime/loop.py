@@ -10,8 +10,7 @@ started. The slots (``slots.py``) run handlers outside any transaction; a finish
 (``finisher.py``) writes completed jobs in batches on its own connection, so a finish overlaps
 the next claim instead of delaying it: with short jobs the loop's round trips are then claims
 only; a heartbeat thread (``heartbeats.py``) keeps the leases. A crash between a handler's
-return and its batched finish only makes the job run again after its lease expires,
-never lost. ``drain.py`` ends a run.
+return and its batched finish makes the job run again, never lost. ``drain.py`` ends a run.
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from fairq.runtime.maintenance import (
     Pruner,
     Reaper,
     ReturnsSweep,
+    ScheduleRepair,
     ScheduleVacuum,
     Service,
     StrandedWaker,
@@ -220,7 +220,7 @@ class Worker:
             Reaper(store, s.reap_interval, self.observer, ready=self.shared.outage.may_reap,
                    stall=self.shared.outage.stall),
             DueWaker(store, s.wake_interval),
-            StrandedWaker(store, s.stranded_interval),
+            StrandedWaker(store, s.stranded_interval), ScheduleRepair(store),
             VtimeRebase(store),
             ReturnsSweep(store),
             ScheduleVacuum(store, s.vacuum_interval),

@@ -148,33 +148,48 @@ class DueWaker:
 
 @dataclass
 class StrandedWaker:
-    """Checks that should find nothing: queued jobs whose (queue, tenant) has no schedule row,
-    and idle tenants with a due job.
+    """A check that should find nothing: an idle tenant with a due job.
 
-    Enqueues create their rows under the tenants' settings locks and make them again when a
-    delete took them (decision 020), and claims retire a tenant under a lock that enqueues,
-    reaps and retries conflict with (docs/algorithm.md), so none should be stranded; if one
-    is, its row is made or it is woken, and each is reported.
+    Claims retire a tenant under a lock that enqueues, reaps and retries conflict with
+    (docs/algorithm.md), so none should be stranded; if one is, it is woken and reported.
     """
 
     store: Store
     interval: float = 30.0
     key: str = "wake_stranded"
-    repair_limit: int = 1000
-    repair_disabled: bool = False
 
     def run_once(self) -> int:
-        n = self._repair()
-        n += self._wake()
+        n = self.store.wake_stranded_tenants()
+        if n:
+            log.warning("woke %d idle tenant(s) that had due jobs: please report this", n)
         return n
 
-    def _repair(self) -> int:
-        if self.repair_disabled:
+
+# ScheduleRepair walks the distinct (queue, tenant) pairs of the queued jobs, one index descent
+# each (about 10 us: a second at 100,000 pairs), so one worker does it every five minutes.
+DEFAULT_REPAIR_INTERVAL = 300.0
+
+
+@dataclass
+class ScheduleRepair:
+    """A check that should find nothing: queued jobs whose (queue, tenant) has no schedule row
+    (no claim would ever find them). Enqueues create their rows under the tenants' settings
+    locks and make them again when a delete took them (decision 020); if one is missing anyway
+    its row is made from its tenant's settings, and the pairs are reported."""
+
+    store: Store
+    interval: float = DEFAULT_REPAIR_INTERVAL
+    key: str = "repair_schedule"
+    limit: int = 1000
+    disabled: bool = False
+
+    def run_once(self) -> int:
+        if self.disabled:
             return 0
         try:
-            made = self.store.repair_schedule(self.repair_limit)
+            made = self.store.repair_schedule(self.limit)
         except InsufficientPrivilege:
-            self.repair_disabled = True
+            self.disabled = True
             log.warning("cannot repair schedule rows: this worker's role may not run "
                         "repair_schedule; run `fairq roles` again (docs/roles.md)")
             return 0
@@ -184,12 +199,6 @@ class StrandedWaker:
                         "(%s%s): please report this", len(made), shown,
                         ", ..." if len(made) > 5 else "")
         return len(made)
-
-    def _wake(self) -> int:
-        n = self.store.wake_stranded_tenants()
-        if n:
-            log.warning("woke %d idle tenant(s) that had due jobs: please report this", n)
-        return n
 
 
 @dataclass

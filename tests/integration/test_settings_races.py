@@ -155,7 +155,7 @@ def test_the_maintenance_makes_a_missing_schedule_row_and_says_so(
     maintenance's check, its row made from its tenant's settings, and one line logged."""
     from datetime import UTC, datetime, timedelta
 
-    from fairq.runtime.maintenance import StrandedWaker
+    from fairq.runtime.maintenance import ScheduleRepair
 
     a, _ = apps
     a.tenants.set("lost", max_running=2)
@@ -165,7 +165,7 @@ def test_the_maintenance_makes_a_missing_schedule_row_and_says_so(
     with psycopg.connect(dsn) as conn:
         conn.execute("DELETE FROM fairq.tenant_schedule")
     assert stranded(dsn) == 2
-    waker = StrandedWaker(a.store)
+    waker = ScheduleRepair(a.store)
     with caplog.at_level("WARNING", logger="fairq.maintenance"):
         assert waker.run_once() == 2
     assert stranded(dsn) == 0
