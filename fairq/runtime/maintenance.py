@@ -65,25 +65,13 @@ def reaped_summary(jobs: Sequence[tuple[int, str, str, str]]) -> str:
 
 
 def reap_pinned(store: Store, limit: int, stall: float) -> ReapResult | None:
-    """``reap_expired`` in a transaction whose now(), the time every lease is compared with,
-    was taken while the database answered promptly: its first statement (``reap_now``) must
-    come back within ``stall`` seconds, else nothing is reaped (None). In a transaction of its
-    own, a reap the server received just before it froze would take its now() after the
-    freeze, and return every lease that expired during it (decision 019)."""
+    """A reap pinned to a time the database answered promptly (``Store.reap_expired`` with
+    ``stall``): None, and a line, when its first statement took longer (decision 019)."""
     began = time.monotonic()
-    result = ReapResult()
-    with store.cursor(atomic=True) as cur:
-        cur.execute(store.statement("reap_now"))
-        cur.fetchall()
-        if time.monotonic() - began > stall:
-            log.info("reaper: the database took %.1fs to answer; not reaping now",
-                     time.monotonic() - began)
-            return None
-        cur.execute(store.statement("reap_expired"), {"limit": limit})
-        for r in cur.fetchall():
-            target = result.requeued if r["status"] == "queued" else result.failed
-            target[r["queue"]] = target.get(r["queue"], 0) + 1
-            result.jobs.append((int(r["id"]), r["queue"], r["tenant"], r["status"]))
+    result = store.reap_expired_pinned(limit, stall)
+    if result is None:
+        log.info("reaper: the database took %.1fs to answer; not reaping now",
+                 time.monotonic() - began)
     return result
 
 

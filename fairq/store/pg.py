@@ -8,6 +8,7 @@ settings and the cursor of each operation are ``StoreSessions``' (``store.sessio
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from datetime import datetime
@@ -240,8 +241,28 @@ class Store(TenantSettings):
     # -- maintenance ----------------------------------------------------------------------
     def reap_expired(self, limit: int = 1000) -> ReapResult:
         """Return expired leases to the queue (or fail them at max_attempts)."""
+        result = self._reap(limit, None)
+        assert result is not None
+        return result
+
+    def reap_expired_pinned(self, limit: int, stall: float) -> ReapResult | None:
+        """``reap_expired`` in a
+        transaction whose now(), the time every lease is compared with, was taken while the
+        database answered promptly: its first statement (``reap_now``) must come back within
+        ``stall`` seconds, else nothing is reaped (None). Alone, a reap a server received just
+        before it froze would take its now() after the freeze, and return every lease that
+        expired during it (decision 019)."""
+        return self._reap(limit, stall)
+
+    def _reap(self, limit: int, stall: float | None) -> ReapResult | None:
         result = ReapResult()
-        with self.cursor() as cur:
+        began = time.monotonic()
+        with self.cursor(atomic=stall is not None) as cur:
+            if stall is not None:
+                cur.execute(self.statement("reap_now"))
+                cur.fetchall()
+                if time.monotonic() - began > stall:
+                    return None
             cur.execute(self.statement("reap_expired"), {"limit": limit})
             for r in cur.fetchall():
                 target = result.requeued if r["status"] == "queued" else result.failed
