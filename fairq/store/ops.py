@@ -16,6 +16,7 @@ from fairq import sql
 from fairq.errors import InvalidInput
 from fairq.models import JobInfo
 from fairq.store.pg import Store
+from fairq.store.settings import retrying
 
 _JOB_FIELDS = {f.name for f in fields(JobInfo)}
 
@@ -104,6 +105,11 @@ def cancel_tenant(store: Store, tenant: str, *, queue: str | None = None,
 
 
 def reset_tenant(store: Store, tenant: str) -> bool:
+    """See ``_reset_tenant``; tried again when it lost a deadlock (fairq.store.settings)."""
+    return retrying(lambda: _reset_tenant(store, tenant))
+
+
+def _reset_tenant(store: Store, tenant: str) -> bool:
     """Drop ``tenant``'s own weight, cap, rate limit and group: the defaults apply from the next
     claim. Returns whether it had settings of its own. Under the tenant's settings lock
     (``fairq.store.settings``), the defaults read in the same transaction."""
@@ -120,6 +126,11 @@ def reset_tenant(store: Store, tenant: str) -> bool:
 
 
 def delete_tenant(store: Store, tenant: str) -> bool:
+    """See ``_delete_tenant``; tried again when it lost a deadlock (fairq.store.settings)."""
+    return retrying(lambda: _delete_tenant(store, tenant))
+
+
+def _delete_tenant(store: Store, tenant: str) -> bool:
     """Forget ``tenant``: its settings and its schedule rows. Refused (``InvalidInput``,
     nothing changed) while it has queued or running jobs. Returns whether fairq knew it.
 

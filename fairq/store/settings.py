@@ -26,7 +26,8 @@ DEADLOCK_TRIES = 3
 STALE = "changed meanwhile by another operator"
 
 
-def _retrying(action: Callable[[], T]) -> T:
+def retrying(action: Callable[[], T]) -> T:
+    """``action()``, again (up to DEADLOCK_TRIES) when PostgreSQL rolled it back for a deadlock."""
     for attempt in range(DEADLOCK_TRIES):
         try:
             return action()
@@ -87,7 +88,7 @@ def patch_tenant(store: Store, patch: TenantPatch, *,
         with store.cursor(atomic=True) as cur:
             _lock(store, cur, [patch.tenant])
             return _patch(store, cur, patch, expected_version)
-    return _retrying(run)
+    return retrying(run)
 
 
 def apply_settings(store: Store, patches: Sequence[TenantPatch],
@@ -124,4 +125,4 @@ def apply_settings(store: Store, patches: Sequence[TenantPatch],
             if defaults is not None:
                 cur.execute(store.statement("sync_default_tenants"), row)
         return out
-    return _retrying(run)
+    return retrying(run)
