@@ -40,6 +40,15 @@ class NewJob:
 
 
 @dataclass(frozen=True, slots=True)
+class TraceContext:
+    """A W3C trace context stored with the jobs of one enqueue (``fairq.otel``): the
+    ``traceparent`` header's value and, if any, ``tracestate``'s."""
+
+    traceparent: str
+    tracestate: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NewJobColumns:
     """Validated jobs as columns, one list per field, all of one length: what the store sends.
 

@@ -6,18 +6,29 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+
+from typing_extensions import Unpack
 
 from fairq import validation as v
 from fairq.app.depth import QueueDepth, queue_depth
 from fairq.app.enqueue import Item, new_job, new_job_chunks, new_jobs
+from fairq.app.hooks import AttemptHook, with_hooks
+from fairq.app.options import (
+    ENQUEUE_OPTIONS,
+    MANY_OPTIONS,
+    EnqueueOptions,
+    ManyOptions,
+    check_options,
+)
+from fairq.app.ports import JobSink
+from fairq.app.sink import StoreSink
 from fairq.app.task import Task, default_name
 from fairq.app.tenants import Groups, Tenants
 from fairq.config import resolve_dsn, resolve_schema
 from fairq.errors import InvalidInput
 from fairq.job import Job
-from fairq.models import JobInfo, NewJobColumns
+from fairq.models import JobInfo, NewJob, NewJobColumns
 from fairq.observe import NullObserver, WorkerObserver
 from fairq.store import Store
 from fairq.store.enqueue import CHUNK
@@ -82,6 +93,11 @@ class App:
         self.tenants = Tenants(self)
         self.periodics: dict[tuple[str, str], Periodic] = {}  # by (name, tenant)
         self.groups = Groups(self)
+        # Where validated jobs go (fairq.app.ports.JobSink): the database; the test mode's
+        # inline sink runs them instead, fairq.otel's stores each enqueue's trace context.
+        self.sink: JobSink = StoreSink(self)
+        # Context managers around each attempt a worker of this app runs (fairq.app.hooks).
+        self.attempt_hooks: list[AttemptHook] = []
 
     # -- connection ----------------------------------------------------------------------
     @functools.cached_property
@@ -223,76 +239,40 @@ class App:
         return declare(task) if task is not None else declare
 
     # -- producers -----------------------------------------------------------------------
-    def enqueue(
-        self,
-        task: str,
-        *,
-        tenant: str,
-        payload: Any = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        cost: float | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-        lease: int | None = None,
-        connection: Any = None,
-        key: str | None = None,
-    ) -> int:
+    # The options are fairq.app.options' (one definition); the job goes to ``self.sink``: the
+    # database by default, the handler itself under fairq.testing.inline.
+    def enqueue(self, task: str, *, tenant: str, **options: Unpack[EnqueueOptions]) -> int:
         """Enqueue one job; with ``connection=`` it commits or rolls back with that transaction.
 
         With ``key``, while a job of this task with that key is queued or running, its id is
         returned and nothing is written (docs/producers.md).
         """
-        job = new_job(self.tasks, task, tenant, payload, run_at=run_at, delay=delay,
-                      priority=priority, cost=cost, queue=queue, max_attempts=max_attempts,
-                      lease=lease, key=key)
-        job_id = self.store.enqueue([job], connection=connection)[0]
+        job, connection = self._one(task, tenant, options, "enqueue")
+        job_id = self.sink.put(iter((NewJobColumns.of([job]),)), connection=connection,
+                               trace=None)[0]
         self.observer.on_enqueue(job.queue, job.tenant, 1)
         return job_id
 
-    async def enqueue_async(
-        self,
-        task: str,
-        *,
-        tenant: str,
-        payload: Any = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        cost: float | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-        lease: int | None = None,
-        connection: Any = None,
-        key: str | None = None,
-    ) -> int:
+    async def enqueue_async(self, task: str, *, tenant: str,
+                            **options: Unpack[EnqueueOptions]) -> int:
         """``enqueue`` for asyncio: ``connection=`` is a psycopg ``AsyncConnection``, a
         SQLAlchemy ``AsyncConnection`` or ``AsyncSession``, whose transaction the job joins."""
-        job = new_job(self.tasks, task, tenant, payload, run_at=run_at, delay=delay,
-                      priority=priority, cost=cost, queue=queue, max_attempts=max_attempts,
-                      lease=lease, key=key)
-        job_id = (await self.astore.enqueue(NewJobColumns.of([job]), connection=connection))[0]
+        job, connection = self._one(task, tenant, options, "enqueue_async")
+        job_id = (await self.sink.put_async(NewJobColumns.of([job]), connection=connection,
+                                            trace=None))[0]
         self.observer.on_enqueue(job.queue, job.tenant, 1)
         return job_id
 
-    def enqueue_many(
-        self,
-        task: str,
-        items: Iterable[Item],
-        *,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        cost: float | None = None,
-        queue: str | None = None,
-        connection: Any = None,
-    ) -> list[int]:
+    def enqueue_many(self, task: str, items: Iterable[Item],
+                     **options: Unpack[ManyOptions]) -> list[int]:
         """Enqueue ``(tenant, payload)`` pairs, or ``(tenant, payload, key)`` triples (a key as
         in ``enqueue``): one statement per chunk of 5,000, all validated before anything is
         committed (with ``connection``, before anything is written)."""
-        chunks = new_job_chunks(self.tasks, task, items, size=CHUNK, run_at=run_at,
-                                delay=delay, priority=priority, cost=cost, queue=queue)
+        check_options(dict(options), MANY_OPTIONS, "enqueue_many")
+        chunks = new_job_chunks(self.tasks, task, items, size=CHUNK,
+                                run_at=options.get("run_at"), delay=options.get("delay"),
+                                priority=options.get("priority"), cost=options.get("cost"),
+                                queue=options.get("queue"))
         sent: list[NewJobColumns] = []
 
         def made() -> Iterator[NewJobColumns]:  # each chunk, counted once all are in
@@ -300,31 +280,34 @@ class App:
                 sent.append(jobs)
                 yield jobs
 
-        ids = self.store.enqueue_chunks(made(), connection=connection)
+        ids = self.sink.put(made(), connection=options.get("connection"), trace=None)
         for jobs in sent:
             self._count(jobs)
         return ids
 
-    async def enqueue_many_async(
-        self,
-        task: str,
-        items: Iterable[Item],
-        *,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        cost: float | None = None,
-        queue: str | None = None,
-        connection: Any = None,
-    ) -> list[int]:
+    async def enqueue_many_async(self, task: str, items: Iterable[Item],
+                                 **options: Unpack[ManyOptions]) -> list[int]:
         """``enqueue_many`` for asyncio (``connection=`` as in ``enqueue_async``)."""
-        jobs = new_jobs(self.tasks, task, items, run_at=run_at, delay=delay,
-                        priority=priority, cost=cost, queue=queue)
+        check_options(dict(options), MANY_OPTIONS, "enqueue_many_async")
+        jobs = new_jobs(self.tasks, task, items, run_at=options.get("run_at"),
+                        delay=options.get("delay"), priority=options.get("priority"),
+                        cost=options.get("cost"), queue=options.get("queue"))
         if not jobs:
             return []
-        ids = await self.astore.enqueue(jobs, connection=connection)
+        ids = await self.sink.put_async(jobs, connection=options.get("connection"), trace=None)
         self._count(jobs)
         return ids
+
+    def _one(self, task: str, tenant: str, options: EnqueueOptions,
+             call: str) -> tuple[NewJob, Any]:
+        """``enqueue``'s job, every option checked, and the caller's connection (or None)."""
+        check_options(dict(options), ENQUEUE_OPTIONS, call)
+        job = new_job(self.tasks, task, tenant, options.get("payload"),
+                      run_at=options.get("run_at"), delay=options.get("delay"),
+                      priority=options.get("priority"), cost=options.get("cost"),
+                      queue=options.get("queue"), max_attempts=options.get("max_attempts"),
+                      lease=options.get("lease"), key=options.get("key"))
+        return job, options.get("connection")
 
     def _count(self, jobs: NewJobColumns) -> None:
         for t, count in Counter(jobs.tenants).items():
@@ -392,4 +375,5 @@ class App:
         settings = WorkerSettings(**options)  # bad options fail here, before any connection
         stores = StoreFactory(lambda: self.dsn, self.schema, listen_dsn=lambda: self.listen_dsn,
                               prepare_threshold=self._prepare_threshold, pooler=self.pooler)
-        return Worker(stores, self.tasks, settings, periodics=self.periodics)
+        return Worker(stores, with_hooks(self.tasks, self.attempt_hooks), settings,
+                      periodics=self.periodics)

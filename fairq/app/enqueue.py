@@ -6,20 +6,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any
 
 from fairq import validation as v
+from fairq.app.options import Item
+from fairq.app.ports import TaskDefaults
 from fairq.errors import InvalidInput
 from fairq.models import NewJob, NewJobColumns
 
-if TYPE_CHECKING:
-    from fairq.app.task import Task
-
-# One ``enqueue_many`` item: (tenant, payload) or (tenant, payload, key).
-Item: TypeAlias = tuple[str, Any] | tuple[str, Any, str | None]
+__all__ = ["Item", "new_job", "new_job_chunks", "new_jobs"]
 
 
-def new_job(tasks: Mapping[str, Task[Any]], task: str, tenant: str, payload: Any, *,
+def new_job(tasks: Mapping[str, TaskDefaults], task: str, tenant: str, payload: Any, *,
             run_at: datetime | None, delay: float | timedelta | None, priority: int | None,
             cost: float | None, queue: str | None, max_attempts: int | None = None,
             lease: int | None = None, key: str | None = None) -> NewJob:
@@ -49,7 +47,7 @@ def new_job(tasks: Mapping[str, Task[Any]], task: str, tenant: str, payload: Any
     )
 
 
-def new_jobs(tasks: Mapping[str, Task[Any]], task: str, items: Iterable[Item], *,
+def new_jobs(tasks: Mapping[str, TaskDefaults], task: str, items: Iterable[Item], *,
              run_at: datetime | None, delay: float | timedelta | None,
              priority: int | None, cost: float | None, queue: str | None) -> NewJobColumns:
     """``enqueue_many``'s items, validated, as the columns the store sends."""
@@ -58,7 +56,7 @@ def new_jobs(tasks: Mapping[str, Task[Any]], task: str, items: Iterable[Item], *
     return next(chunks, None) or NewJobColumns.of([])
 
 
-def new_job_chunks(tasks: Mapping[str, Task[Any]], task: str, items: Iterable[Item], *,
+def new_job_chunks(tasks: Mapping[str, TaskDefaults], task: str, items: Iterable[Item], *,
                    size: int, run_at: datetime | None, delay: float | timedelta | None,
                    priority: int | None, cost: float | None,
                    queue: str | None) -> Iterator[NewJobColumns]:

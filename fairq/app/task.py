@@ -6,16 +6,15 @@ import inspect
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
+from typing_extensions import Unpack
+
+from fairq.app.options import EnqueueOptions, Item, ManyOptions
+from fairq.app.ports import Enqueuer
 from fairq.errors import InvalidInput
 from fairq.job import Job
-
-if TYPE_CHECKING:
-    from fairq.app.application import App
-    from fairq.app.enqueue import Item
 
 R = TypeVar("R")
 
@@ -25,11 +24,12 @@ class Task(Generic[R]):
     """A handler registered with ``@app.task`` and its defaults; ``R`` is what the handler
     returns (a coroutine for an ``async def`` handler). Calling the task calls the handler.
 
-    ``task.enqueue(...)`` is ``app.enqueue(task.name, ...)``: the same keywords, checked by a
-    type checker here because they are spelled out.
+    ``task.enqueue(...)`` is ``app.enqueue(task.name, ...)``: the same keywords
+    (``fairq.app.options``), checked by a type checker. ``app`` is the app that registered it,
+    seen through what a task needs of it (``fairq.app.ports.Enqueuer``).
     """
 
-    app: App
+    app: Enqueuer
     name: str
     fn: Callable[[Job], R]
     queue: str
@@ -45,80 +45,23 @@ class Task(Generic[R]):
     def __call__(self, job: Job) -> R:
         return self.fn(job)
 
-    def enqueue(
-        self,
-        *,
-        tenant: str,
-        payload: Any = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        cost: float | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-        lease: int | None = None,
-        connection: Any = None,
-        key: str | None = None,
-    ) -> int:
+    def enqueue(self, *, tenant: str, **options: Unpack[EnqueueOptions]) -> int:
         """Enqueue one job of this task (``App.enqueue``); returns its id."""
-        return self.app.enqueue(
-            self.name, tenant=tenant, payload=payload, run_at=run_at, delay=delay,
-            priority=priority, cost=cost, queue=queue, max_attempts=max_attempts, lease=lease,
-            connection=connection, key=key)
+        return self.app.enqueue(self.name, tenant=tenant, **options)
 
-    async def enqueue_async(
-        self,
-        *,
-        tenant: str,
-        payload: Any = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        cost: float | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-        lease: int | None = None,
-        connection: Any = None,
-        key: str | None = None,
-    ) -> int:
+    async def enqueue_async(self, *, tenant: str, **options: Unpack[EnqueueOptions]) -> int:
         """``enqueue`` for asyncio (``App.enqueue_async``)."""
-        return await self.app.enqueue_async(
-            self.name, tenant=tenant, payload=payload, run_at=run_at, delay=delay,
-            priority=priority, cost=cost, queue=queue, max_attempts=max_attempts, lease=lease,
-            connection=connection, key=key)
+        return await self.app.enqueue_async(self.name, tenant=tenant, **options)
 
-    def enqueue_many(
-        self,
-        items: Iterable[Item],
-        *,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        cost: float | None = None,
-        queue: str | None = None,
-        connection: Any = None,
-    ) -> list[int]:
+    def enqueue_many(self, items: Iterable[Item], **options: Unpack[ManyOptions]) -> list[int]:
         """Enqueue ``(tenant, payload)`` pairs or ``(tenant, payload, key)`` triples of this
         task (``App.enqueue_many``); returns the ids in the items' order."""
-        return self.app.enqueue_many(self.name, items, run_at=run_at, delay=delay,
-                                     priority=priority, cost=cost, queue=queue,
-                                     connection=connection)
+        return self.app.enqueue_many(self.name, items, **options)
 
-    async def enqueue_many_async(
-        self,
-        items: Iterable[Item],
-        *,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        cost: float | None = None,
-        queue: str | None = None,
-        connection: Any = None,
-    ) -> list[int]:
+    async def enqueue_many_async(self, items: Iterable[Item],
+                                 **options: Unpack[ManyOptions]) -> list[int]:
         """``enqueue_many`` for asyncio (``App.enqueue_many_async``)."""
-        return await self.app.enqueue_many_async(self.name, items, run_at=run_at, delay=delay,
-                                                 priority=priority, cost=cost, queue=queue,
-                                                 connection=connection)
+        return await self.app.enqueue_many_async(self.name, items, **options)
 
 
 def default_name(fn: Callable[..., object]) -> str:

@@ -19,7 +19,7 @@ from fairq.models import (
 )
 
 if TYPE_CHECKING:
-    from fairq.app.application import App
+    from fairq.app.ports import Stores
 
 
 class _Keep(enum.Enum):
@@ -44,7 +44,7 @@ def _explanation(row: dict[str, Any]) -> TenantExplanation:
 class Tenants:
     """Operators' side: weights and caps, effective from the next claim (no restart)."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Stores) -> None:
         self._app = app
 
     def set(self, tenant: str, *, weight: float | None = None,
@@ -188,7 +188,7 @@ class Groups:
     """Tenant groups: a group's share follows its weight among the groups with runnable work,
     and its tenants share it by their own weights (docs/algorithm.md, "Tenant groups")."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Stores) -> None:
         self._app = app
 
     def set(self, group: str, *, weight: float) -> GroupConfig:

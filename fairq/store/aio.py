@@ -18,7 +18,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from fairq import sql
-from fairq.models import JobInfo, NewJobColumns, TenantConfig
+from fairq.models import JobInfo, NewJobColumns, TenantConfig, TraceContext
 from fairq.store.caller_connection import async_connection_for
 from fairq.store.enqueue import CHUNK, as_invalid_input, enqueue_params
 from fairq.store.planner import PLAN_CACHE_MODE, PLANNER_SETTINGS, SEARCH_PATH, planner_options
@@ -82,7 +82,8 @@ class AsyncStore:
                     "plan_cache_mode": PLAN_CACHE_MODE, **PLANNER_SETTINGS})
                 yield conn
 
-    async def enqueue(self, jobs: NewJobColumns, connection: Any = None) -> list[int]:
+    async def enqueue(self, jobs: NewJobColumns, connection: Any = None, *,
+                      trace: TraceContext | None = None) -> list[int]:
         """Insert ``jobs`` (one round trip per chunk); in ``connection``'s transaction if given,
         else all chunks in one transaction of their own."""
         ids: list[int] = []

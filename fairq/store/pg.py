@@ -25,6 +25,7 @@ from fairq.models import (
     NewJob,
     NewJobColumns,
     ReapResult,
+    TraceContext,
 )
 from fairq.store.caller_connection import connection_for
 from fairq.store.enqueue import CHUNK, as_invalid_input, enqueue_params
@@ -40,13 +41,16 @@ class Store(TenantSettings):
     """fairq's database operations on one schema."""
 
     # -- producers ----------------------------------------------------------------------
-    def enqueue(self, jobs: Sequence[NewJob] | NewJobColumns, connection: Any = None) -> list[int]:
+    def enqueue(self, jobs: Sequence[NewJob] | NewJobColumns, connection: Any = None, *,
+                trace: TraceContext | None = None) -> list[int]:
         """Insert ``jobs`` (one round trip per chunk); in ``connection``'s transaction if given."""
         columns = jobs if isinstance(jobs, NewJobColumns) else NewJobColumns.of(jobs)
         return self.enqueue_chunks((columns.chunk(start, start + CHUNK)
-                                    for start in range(0, len(columns), CHUNK)), connection)
+                                    for start in range(0, len(columns), CHUNK)), connection,
+                                   trace=trace)
 
-    def enqueue_chunks(self, chunks: Iterable[NewJobColumns], connection: Any = None) -> list[int]:
+    def enqueue_chunks(self, chunks: Iterable[NewJobColumns], connection: Any = None, *,
+                       trace: TraceContext | None = None) -> list[int]:
         """Insert the jobs of ``chunks`` (of ``CHUNK`` jobs each but the last: one statement a
         chunk), in ``connection``'s transaction if given, else all or none in one of their own.
         Several chunks go down one pipeline, so a lazy ``chunks`` makes (and checks) the next
