@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Sequence
+from typing import Any, Protocol
 
 from fairq.errors import LeaseLost
 from fairq.models import ClaimedJob
 
-if TYPE_CHECKING:
-    from fairq.store import Store
+
+class LeaseKeeper(Protocol):
+    """What a job's lease needs: ``fairq.store.Store``, or the test mode's inline stand-in."""
+
+    def extend_leases(self, jobs: Sequence[tuple[int, int]], seconds: float | None = None, *,
+                      started: list[datetime] | None = None) -> Collection[int]: ...
 
 
 @dataclass(eq=False)
@@ -33,11 +38,11 @@ class Job:
     started_at: datetime
     locked_until: datetime
     claimed: ClaimedJob = field(repr=False)
-    _store: Store = field(repr=False)
+    _store: LeaseKeeper = field(repr=False)
     lease_lost: bool = False
 
     @classmethod
-    def from_claim(cls, claimed: ClaimedJob, store: Store) -> Job:
+    def from_claim(cls, claimed: ClaimedJob, store: LeaseKeeper) -> Job:
         return cls(
             id=claimed.id, tenant=claimed.tenant, payload=claimed.payload,
             attempt=claimed.attempts, queue=claimed.queue, task=claimed.task,

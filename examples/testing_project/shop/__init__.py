@@ -1,0 +1,1 @@
+"""A shop whose orders send receipts in the background, one tenant per store front."""

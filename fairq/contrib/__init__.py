@@ -1,0 +1,1 @@
+"""fairq's integrations with other frameworks, one subpackage each."""

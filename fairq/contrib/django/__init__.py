@@ -1,0 +1,1 @@
+"""fairq for Django's Tasks framework (docs/django.md)."""

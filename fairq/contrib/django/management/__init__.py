@@ -1,0 +1,1 @@
+"""manage.py commands: fairq_worker, fairq_migrate."""
