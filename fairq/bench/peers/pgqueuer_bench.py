@@ -128,12 +128,14 @@ def drain(
     """Enqueue ``n_jobs`` no-op jobs, then drain them with ``processes`` workers.
 
     Timing starts when the ready workers are released and ends at the last ``successful`` log
-    row (DB clock); ``wall_s`` is the same span seen by polling the queue table until empty.
+    row (DB clock); ``wall_s`` is the same span seen by polling the queue table until empty;
+    ``whole_s`` runs from the processes' start (interpreter, imports, connections) to their exit.
     """
     reset(dsn)
     prefill = enqueue(dsn, n_jobs, tenants)
     h.execute(dsn, "ANALYZE pgqueuer")
     cfg = {"dsn": dsn, "batch_size": batch_size, "tenants": tenants}
+    whole_t0 = time.perf_counter()  # whole_s: the processes' start to their exit
     with h.WorkerPool(WORKER_ENTRY, [cfg] * processes) as pool:
         spawn_s = pool.start()
         t0_db = h.db_epoch(dsn)
@@ -142,6 +144,7 @@ def drain(
             dsn, "SELECT NOT EXISTS (SELECT 1 FROM pgqueuer)", timeout_s, pool
         )
         pool.wait_exit(60)
+        whole_s = time.perf_counter() - whole_t0
         pool.check_alive_or_clean()
         pids = pool.pids
     done = int(h.fetch_value(dsn, "SELECT count(*) FROM pgqueuer_log WHERE status='successful'"))
@@ -160,6 +163,7 @@ def drain(
         "spawn_s": spawn_s,
         "seconds": seconds,
         "wall_s": wall_s,
+        "whole_s": whole_s,
         "jobs_per_s": n_jobs / seconds if seconds > 0 else None,
         "prefill_jobs_per_s": prefill["jobs_per_s"],
         "worker_pids": pids,
