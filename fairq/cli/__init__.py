@@ -19,6 +19,7 @@ from fairq.cli._common import (
     add_connection_options,
     report_error,
 )
+from fairq.cli.safe_text import safe_output
 
 COMMANDS: tuple[str, ...] = (
     "migrate",
@@ -80,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 success, 2 usage or bad input, 1 anything else)."""
+    with safe_output():  # names are a producer's data: no control sequence reaches a terminal
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from fairq import validation as v
+from fairq.cli.safe_text import json_safe, shown
 from fairq.config import ENV_SCHEMA, ENV_URL, redact
 from fairq.errors import ConfigurationError, InvalidInput
 
@@ -22,6 +23,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 MAX_PORT = 65535
+MAX_ERROR_CHARS = 500  # an error line longer than this is cut, saying how long it was
 
 Handler = Callable[[argparse.Namespace], int]
 if TYPE_CHECKING:
@@ -103,7 +105,10 @@ def report_error(args: argparse.Namespace, exc: BaseException) -> int:
     words = [getattr(args, "command", None)] + [
         getattr(args, k) for k in sorted(vars(args)) if k.endswith("_command")]
     prog = " ".join(["fairq", *(w for w in words if w)])
-    print(f"{prog}: {scrub(one_line(text), args)}", file=sys.stderr)
+    line = shown(scrub(one_line(text), args))
+    if len(line) > MAX_ERROR_CHARS:  # an oversized value (a 100 KB --payload) is not echoed whole
+        line = f"{line[:MAX_ERROR_CHARS]}... ({len(line):,} characters in all)"
+    print(f"{prog}: {line}", file=sys.stderr)
     return code
 
 
@@ -228,14 +233,14 @@ def to_jsonable(value: Any) -> Any:
 
 
 def print_json(value: Any, out: IO[str] | None = None) -> None:
-    print(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False, sort_keys=False),
-          file=out or sys.stdout)
+    print(json_safe(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False,
+                               sort_keys=False)), file=out or sys.stdout)
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
                  right: Sequence[bool] | None = None) -> str:
     """A plain text table; numeric columns (``right``) aligned right."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    cells = [[str(h) for h in headers]] + [[shown(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     align = right or [False] * len(headers)
     lines = []

@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from fairq.cli._common import EXIT_OK, format_table, open_app, print_json
+from fairq.cli.safe_text import shown
 from fairq.cli.tenants import _weight
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 def run_set(args: argparse.Namespace) -> int:
     with open_app(args) as app:
         g = app.groups.set(args.group, weight=args.weight)
-    print(f"group {g.name}: weight={g.weight:g}")
+    print(f"group {shown(g.name)}: weight={g.weight:g}")
     return EXIT_OK
 
 

@@ -18,6 +18,7 @@ from fairq.cli._common import (
     open_app,
     print_json,
 )
+from fairq.cli.safe_text import shown
 from fairq.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -171,7 +172,7 @@ def run_cancel(args: argparse.Namespace) -> int:
         with open_app(args) as app:
             n = app.cancel_tenant(args.tenant, queue=args.queue, limit=args.limit)
         where = f" in queue {args.queue}" if args.queue else ""
-        print(f"cancelled {n} queued job(s) of tenant {args.tenant}{where}")
+        print(f"cancelled {n} queued job(s) of tenant {shown(args.tenant)}{shown(where)}")
         if n == args.limit:
             print(f"--limit {args.limit} reached: more may remain; run again")
         return EXIT_OK

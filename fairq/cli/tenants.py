@@ -14,6 +14,7 @@ from fairq.cli._common import (
     open_app,
     print_json,
 )
+from fairq.cli.safe_text import shown
 from fairq.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def run_set(args: argparse.Namespace) -> int:
         t = app.tenants.patch(patch)
     limit = "" if t.rate is None else f" rate={t.rate:g}/s burst={t.burst}"
     group = "" if t.group is None else f" group={t.group}"
-    print(f"{t.tenant}: weight={t.weight:g} max_running={t.max_running}{limit}{group}")
+    print(f"{shown(t.tenant)}: weight={t.weight:g} max_running={t.max_running}{limit}{group}")
     return EXIT_OK
 
 
@@ -153,11 +154,11 @@ def run_forget(args: argparse.Namespace) -> int:
     with open_app(args) as app:
         if args.tenants_command == "reset":
             had = app.tenants.reset(args.tenant)
-            print(f"{args.tenant}: " + ("settings dropped, the defaults apply" if had
+            print(f"{shown(args.tenant)}: " + ("settings dropped, the defaults apply" if had
                                        else "had no settings of its own; nothing to do"))
         else:
             known = app.tenants.delete(args.tenant)
-            print(f"{args.tenant}: " + ("deleted" if known else "unknown; nothing to do"))
+            print(f"{shown(args.tenant)}: " + ("deleted" if known else "unknown; nothing to do"))
     return EXIT_OK
 
 
@@ -172,5 +173,5 @@ def run_explain(args: argparse.Namespace) -> int:
         print_json(found)
         return EXIT_OK
     for e in found if isinstance(found, list) else [found]:
-        print(f"{e.tenant} {e.describe()}")
+        print(f"{shown(e.tenant)} {shown(e.describe())}")
     return EXIT_OK

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from fairq.store import Store
 
 
+# A cron expression is short; a field of thousands of digits would reach int()'s own limit.
+MAX_CRON_CHARS = 200
+
+
 def cron(expr: Any) -> str:
     """A cron expression cronsim accepts (5 fields, or 6 with seconds first) that fires at most
     once a minute, else InvalidInput.
@@ -35,11 +39,14 @@ def cron(expr: Any) -> str:
     """
     if not isinstance(expr, str):
         raise InvalidInput(f"cron must be a string, not {type(expr).__name__}")
+    if len(expr) > MAX_CRON_CHARS:
+        raise InvalidInput(f"cron expression of {len(expr):,} characters (at most "
+                           f"{MAX_CRON_CHARS}): {expr[:40]!r}...")
     try:
         schedule = CronSim(expr, datetime(2000, 1, 1, tzinfo=UTC))
         next(schedule)
-    except (CronSimError, StopIteration) as exc:
-        raise InvalidInput(f"invalid cron expression {expr!r}: {exc}") from None
+    except (CronSimError, StopIteration, ValueError) as exc:  # ValueError: int() of a field
+        raise InvalidInput(f"invalid cron expression {expr!r}: {str(exc)[:200]}") from None
     if len(schedule.seconds) > 1:
         raise InvalidInput(
             f"cron {expr!r} fires more than once a minute (seconds field "
