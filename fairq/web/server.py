@@ -80,13 +80,21 @@ class Console:
         self.env = _env()
 
     # -- rendering ---------------------------------------------------------------------------
+    def viewer(self, request: Request) -> dict[str, Any]:
+        """What the pages offer this caller: the CSRF token of its forms (None: no action
+        form), whether actions are on, the console's own login links, the operator's name."""
+        return {"csrf": self.guard.csrf_for(request.cookies.get(sec.SESSION_COOKIE)),
+                "actions": self.guard.allow_actions, "own_login": True, "operator": None}
+
+    def audit(self, request: Request, fields: Mapping[str, Any]) -> None:
+        """Called after each action done (the mounted console logs who did it)."""
+
     def page(self, request: Request, template: str, status: int = 200,
              **context: Any) -> HTMLResponse:
-        sid = request.cookies.get(sec.SESSION_COOKIE)
         notice = NOTICES.get(request.query_params.get("notice", ""))
         html = self.env.get_template(template).render(
-            request=request, csrf=self.guard.csrf_for(sid), actions=self.guard.allow_actions,
-            notice=notice, version=__version__, refresh=REFRESH_S, path=request.url.path,
+            request=request, notice=notice, version=__version__, refresh=REFRESH_S,
+            path=route_path(request), root=root_path(request), **self.viewer(request),
             **context)
         return HTMLResponse(html, status_code=status)
 
@@ -95,21 +103,21 @@ class Console:
         return JSONResponse(data.jsonable(value), status_code=status, headers=headers)
 
     def error(self, request: Request, status: int, message: str) -> Response:
-        if request.url.path.startswith("/api/"):
+        if is_api(request):
             return self.json({"error": message}, status)
         return self.page(request, "error.html", status, message=message, code=status)
 
     # -- pages -------------------------------------------------------------------------------
     def overview(self, request: Request) -> Response:
         o = data.overview(self.app)
-        if request.url.path.startswith("/api/"):
+        if is_api(request):
             return self.json(o)
         return self.page(request, "overview.html", o=o, auto=True)
 
     def tenants(self, request: Request) -> Response:
         q = data.TenantQuery.parse(request.query_params)
         t = data.tenants(self.app, q)
-        if request.url.path.startswith("/api/"):
+        if is_api(request):
             return self.json(t["tenants"], headers={
                 "x-total-count": str(t["total"]), "x-page": str(t["page"]),
                 "x-pages": str(t["pages"])})
@@ -117,7 +125,7 @@ class Console:
                          auto=True)
 
     def tenant(self, request: Request) -> Response:
-        if request.url.path.startswith("/api/"):
+        if is_api(request):
             return self.json(data.tenant(self.app, _name(request)))
         return self._tenant_page(request)
 
@@ -140,7 +148,7 @@ class Console:
         """A tenant's settings change, from the page's form or as JSON: one patch of the
         fields given; the form carries the version it showed, and a save over a newer one is
         refused (409) instead of overwriting."""
-        api = request.url.path.startswith("/api/")
+        api = is_api(request)
         fields, why = await self._authorized(request)
         if why is not None:
             return self.error(request, 403, why)
@@ -156,15 +164,16 @@ class Console:
             return await run_in_threadpool(self._tenant_page, request, status, typed, exc)
         except InvalidInput as exc:
             return self.error(request, 400, str(exc))
+        self.audit(request, fields)
         if api:
             return self.json(result)
-        return RedirectResponse(_with_notice("/tenants/" + quote(name, safe=""), "saved"),
-                                status_code=303)
+        return RedirectResponse(_with_notice(root_path(request) + "/tenants/" + quote(
+            name, safe=""), "saved"), status_code=303)
 
     def jobs(self, request: Request) -> Response:
         f = data.job_filters(request.query_params)
         j = data.jobs(self.app, f)
-        if request.url.path.startswith("/api/"):
+        if is_api(request):
             return self.json(j["jobs"])
         return self.page(request, "jobs.html", j=j, f=f, statuses=data.STATUSES, auto=True)
 
@@ -173,7 +182,7 @@ class Console:
         found = self.app.job(jid)
         if found is None:
             return self.error(request, 404, f"no job {jid}")
-        if request.url.path.startswith("/api/"):
+        if is_api(request):
             return self.json(found)
         return self.page(request, "job.html", job=found)
 
@@ -197,7 +206,7 @@ class Console:
             await asyncio.sleep(WRONG_TOKEN_DELAY_S)  # guessing costs time
             return self.error(request, 403, "wrong token")
         sid, _csrf = self.guard.login()
-        target = _safe_next(str(form.get("next") or "/"))
+        target = root_path(request) + _safe_next(str(form.get("next") or "/"))
         resp = RedirectResponse(_with_notice(target, "login"), status_code=303)
         resp.set_cookie(sec.SESSION_COOKIE, sid, httponly=True, samesite="strict", path="/",
                         secure=request.url.scheme == "https")
@@ -210,27 +219,34 @@ class Console:
         if self.guard.csrf_for(sid) is not None and sec.same(
                 str(form.get(sec.CSRF_FIELD) or ""), self.guard.csrf_for(sid)):
             self.guard.logout(sid)
-        resp = RedirectResponse("/?notice=logout", status_code=303)
+        resp = RedirectResponse(root_path(request) + "/?notice=logout", status_code=303)
         resp.delete_cookie(sec.SESSION_COOKIE, path="/")
         return resp
 
     # -- actions -----------------------------------------------------------------------------
+    @staticmethod
+    async def fields(request: Request) -> tuple[dict[str, Any], str | None]:
+        """The POST's fields (a JSON object under /api/, else the form), and why they are
+        refused (None: they parse)."""
+        if not is_api(request):
+            return {k: str(x) for k, x in (await request.form()).items()}, None
+        body = await request.body()
+        if not body:
+            return {}, None
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return {}, "the body is not JSON"
+        if not isinstance(parsed, dict):
+            return {}, "the body must be a JSON object"
+        return parsed, None
+
     async def _authorized(self, request: Request) -> tuple[dict[str, Any], str | None]:
         """The POST's fields, and why it is refused (None: it may act)."""
-        api = request.url.path.startswith("/api/")
-        fields: dict[str, Any] = {}
-        if api:
-            body = await request.body()
-            if body:
-                try:
-                    parsed = json.loads(body)
-                except ValueError:
-                    return {}, "the body is not JSON"
-                if not isinstance(parsed, dict):
-                    return {}, "the body must be a JSON object"
-                fields = parsed
-        else:
-            fields = {k: str(x) for k, x in (await request.form()).items()}
+        api = is_api(request)
+        fields, bad = await self.fields(request)
+        if bad is not None:
+            return {}, bad
         if not self.guard.allow_actions:
             return fields, "the console is read-only: start it with --allow-actions"
         auth = request.headers.get("authorization", "")
@@ -254,9 +270,11 @@ class Console:
                 result = await run_in_threadpool(work, request, fields)
             except InvalidInput as exc:
                 return self.error(request, 400, str(exc))
-            if request.url.path.startswith("/api/"):
+            self.audit(request, fields)
+            if is_api(request):
                 return self.json(result)
-            return RedirectResponse(_with_notice(back(request), notice), status_code=303)
+            return RedirectResponse(_with_notice(root_path(request) + back(request), notice),
+                                    status_code=303)
         return endpoint
 
     def routes(self) -> list[Route | Mount]:
@@ -308,6 +326,21 @@ def _keep_slashes(raw: bytes) -> str:
     stays one path segment; ``_name`` decodes the rest."""
     parts = _KEPT.split(raw.decode("ascii", "replace"))
     return "".join(p if _KEPT.fullmatch(p) else unquote(p) for p in parts)
+
+
+def root_path(request: Request) -> str:
+    """The prefix the console is mounted under ("" at the root): every link starts with it."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def route_path(request: Request) -> str:
+    """The path inside the console (the mount's prefix removed), as its routes see it."""
+    path, root = request.url.path, root_path(request)
+    return (path[len(root):] or "/") if root and path.startswith(root) else path
+
+
+def is_api(request: Request) -> bool:
+    return route_path(request).startswith("/api/")
 
 
 def _name(request: Request) -> str:
@@ -368,6 +401,16 @@ class _Headers(BaseHTTPMiddleware):
 def create_app(app: App, *, guard: sec.Guard, hosts: list[str]) -> Starlette:
     """The ASGI application of ``fairq web``."""
     console = Console(app, guard)
+    return Starlette(
+        routes=console.routes(),
+        middleware=[Middleware(_Segments), Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
+                    Middleware(_Headers), Middleware(_Login, guard=guard)],
+        exception_handlers=exception_handlers(console))
+
+
+def exception_handlers(console: Console) -> dict[Any, Callable[[Request, Exception], Response]]:
+    """Bad input as 400, a role without the grant as 403, a slow or absent database as 503:
+    each one line, as a page or as JSON."""
 
     def invalid(request: Request, exc: Exception) -> Response:
         return console.error(request, 400, str(exc))
@@ -386,10 +429,5 @@ def create_app(app: App, *, guard: sec.Guard, hosts: list[str]) -> Starlette:
     def not_found(request: Request, exc: Exception) -> Response:
         return console.error(request, 404, "no such page")
 
-    return Starlette(
-        routes=console.routes(),
-        middleware=[Middleware(_Segments), Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
-                    Middleware(_Headers), Middleware(_Login, guard=guard)],
-        exception_handlers={InvalidInput: invalid, errors.DatabaseError: failed, Exception: failed,
-                            404: not_found},
-    )
+    return {InvalidInput: invalid, errors.DatabaseError: failed, Exception: failed,
+            404: not_found}

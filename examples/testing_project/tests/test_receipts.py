@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from shop import jobs
 
 import fairq
 from fairq import testing
-from shop import jobs
 
 
 @pytest.fixture(autouse=True)
