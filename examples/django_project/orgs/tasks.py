@@ -1,0 +1,13 @@
+"""The example's tasks: ordinary Django Tasks; nothing here names fairq."""
+
+from django_tasks import task
+
+
+@task()
+def build_report(report: int, org: str | None = None) -> dict:
+    return {"report": report, "pages": report % 7 + 1}
+
+
+@task()
+def broken(reason: str, org: str | None = None) -> None:
+    raise ValueError(reason)
