@@ -27,6 +27,7 @@ ENGINE_FILES = (
     "claim.sql",        # claim_fair, wait_and_pick, claim_terms
     "settings.sql",     # settings locks, schedule rows created and repaired, settings versions
     "enqueue.sql",      # enqueue, enqueue_many and their grants
+    "traces.sql",       # trace_jobs: the trace contexts of enqueued jobs (fairq.otel)
     "slots.sql",        # return_slots, the slot returns' folds
     "decay.sql",        # decay_usage
     "reasons.sql",      # wait_reason

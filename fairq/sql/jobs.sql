@@ -257,7 +257,12 @@ SELECT id, queue, tenant, task, payload, status, priority, cost, run_at, attempt
 FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: prune_finished
--- Delete one batch of finished jobs older than max_age seconds; call until it returns 0.
+-- Delete one batch of finished jobs older than max_age seconds; call until it returns 0 (its
+-- row count is the jobs deleted). Their trace contexts (job_traces, fairq.otel) go with them,
+-- and each batch sweeps the next `limit` contexts, in job id order from where the last sweep
+-- stopped (the settings row maintenance:trace_sweep), for rows whose job went another way (a
+-- DELETE of the user's, the previous release's pruner). With no traced job this reads two
+-- empty index ranges and writes nothing more.
 WITH old AS (
     SELECT id FROM {schema}.jobs
     WHERE status IN ('done', 'failed', 'cancelled')
@@ -265,6 +270,36 @@ WITH old AS (
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+traces AS (
+    DELETE FROM {schema}.job_traces t USING old WHERE t.job_id = old.id
+),
+mark AS (
+    SELECT coalesce((SELECT (s.value->>'after')::bigint FROM {schema}.settings s
+                     WHERE s.key = 'maintenance:trace_sweep'), 0) AS after
+),
+scanned AS MATERIALIZED (
+    SELECT t.job_id FROM {schema}.job_traces t
+    WHERE t.job_id > (SELECT m.after FROM mark m)
+    ORDER BY t.job_id LIMIT %(limit)s
+),
+-- A job and its context are written in one transaction, so this statement's snapshot sees
+-- both or neither: a context whose job it cannot see has lost its job for good. (The jobs
+-- `old` deletes are still seen here: `traces` takes their contexts.)
+orphans AS (
+    DELETE FROM {schema}.job_traces t USING scanned s
+    WHERE t.job_id = s.job_id AND NOT EXISTS (SELECT FROM {schema}.jobs j WHERE j.id = s.job_id)
+),
+swept AS (
+    -- The next sweep starts after the last context read, or from the front again once a
+    -- sweep reached the end; written only when there was something to sweep.
+    INSERT INTO {schema}.settings AS st (key, value)
+    SELECT 'maintenance:trace_sweep',
+           jsonb_build_object('after', CASE WHEN count(*) < %(limit)s THEN 0
+                                            ELSE max(s.job_id) END)
+    FROM scanned s
+    HAVING count(*) > 0 OR (SELECT m.after FROM mark m) > 0
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value
 )
 DELETE FROM {schema}.jobs j USING old WHERE j.id = old.id;
 

@@ -16,7 +16,8 @@
 GRANT USAGE ON SCHEMA {schema} TO {role};
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {schema}.jobs, {schema}.tenant_schedule,
     {schema}.settings, {schema}.tenants, {schema}.tenant_groups, {schema}.group_schedule,
-    {schema}.workers, {schema}.slot_returns, {schema}.claim_budgets FROM {role};
+    {schema}.workers, {schema}.slot_returns, {schema}.claim_budgets, {schema}.job_traces
+    FROM {role};
 GRANT SELECT ON {schema}.jobs TO {role};
 GRANT UPDATE (status, attempts, run_at, started_at, finished_at, locked_until, locked_by,
               last_error, result, charged_s) ON {schema}.jobs TO {role};
@@ -42,14 +43,19 @@ GRANT EXECUTE ON FUNCTION {schema}.repair_schedule(integer) TO {role};
 -- The worker registry: its own row at start and at every beat, deleted at a clean stop, and the
 -- rows of workers gone for a day.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers TO {role};
+-- The trace contexts of traced jobs (fairq.otel): each attempt reads its job's.
+GRANT SELECT ON {schema}.job_traces TO {role};
 
 -- name: roles_grant_worker_prune
 -- Only for workers that run the pruner (Worker(prune_after=...)); otherwise prune as the owner.
+-- A pruned job's trace context goes with it (and the pruner sweeps those whose job is gone).
 GRANT DELETE ON {schema}.jobs TO {role};
+GRANT DELETE ON {schema}.job_traces TO {role};
 
 -- name: roles_grant_producer
 -- Enqueue only: EXECUTE on the SQL enqueue functions, which run as the schema's owner (SECURITY
--- DEFINER) and do the checks, the job insert and the tenants' activation themselves. No
+-- DEFINER) and do the checks, the job insert and the tenants' activation themselves, and on
+-- trace_jobs, which stores a traced enqueue's trace context (fairq.otel) the same way. No
 -- privilege on any table: a producer can neither pick a schedule row's virtual time, weight or
 -- state nor read or change jobs. The REVOKE takes back any table grant the role held (so give
 -- each kind its own role: it would take a worker's grants too).
@@ -58,7 +64,8 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT EXECUTE ON FUNCTION
     {schema}.enqueue(text, text, jsonb, text, timestamptz, int, float8, int, int, text),
     {schema}.enqueue_many(text[], text[], jsonb[], text[], timestamptz[], float8[], int[],
-                          float8[], int[], int[], text[])
+                          float8[], int[], int[], text[]),
+    {schema}.trace_jobs(bigint[], text, text)
     TO {role};
 
 -- name: roles_grant_monitor

@@ -20,9 +20,10 @@ from psycopg.rows import dict_row
 from fairq import sql
 from fairq.models import JobInfo, NewJobColumns, TenantConfig, TraceContext
 from fairq.store.caller_connection import async_connection_for
-from fairq.store.enqueue import CHUNK, as_invalid_input, enqueue_params
+from fairq.store.enqueue import CHUNK, as_invalid_input
 from fairq.store.planner import PLAN_CACHE_MODE, PLANNER_SETTINGS, SEARCH_PATH, planner_options
 from fairq.store.pool import AsyncPool
+from fairq.store.traces import check_trace, enqueue_call
 
 
 class AsyncStore:
@@ -85,15 +86,18 @@ class AsyncStore:
     async def enqueue(self, jobs: NewJobColumns, connection: Any = None, *,
                       trace: TraceContext | None = None) -> list[int]:
         """Insert ``jobs`` (one round trip per chunk); in ``connection``'s transaction if given,
-        else all chunks in one transaction of their own."""
+        else all chunks in one transaction of their own. With ``trace``, each job's row in
+        job_traces is written by the statement that inserts it."""
+        if trace is not None:
+            check_trace(trace)
         ids: list[int] = []
         async with self._conn(connection) as conn:
             atomic = connection is None and len(jobs) > CHUNK  # all chunks or none
             async with conn.transaction() if atomic else nullcontext(), conn.cursor() as cur:
                 for start in range(0, len(jobs), CHUNK):
+                    name, params = enqueue_call(jobs.chunk(start, start + CHUNK), trace)
                     try:
-                        await cur.execute(self.statement("enqueue"),
-                                          enqueue_params(jobs.chunk(start, start + CHUNK)))
+                        await cur.execute(self.statement(name), params)
                     except psycopg.Error as exc:
                         raise as_invalid_input(exc) from None
                     row = await cur.fetchone()

@@ -28,8 +28,9 @@ from fairq.models import (
     TraceContext,
 )
 from fairq.store.caller_connection import connection_for
-from fairq.store.enqueue import CHUNK, as_invalid_input, enqueue_params
+from fairq.store.enqueue import CHUNK, as_invalid_input
 from fairq.store.tenants import TenantSettings
+from fairq.store.traces import check_trace, enqueue_call
 
 # Virtual time is rebased once a queue's lowest active vtime passes 2^20: below 2^21 a float8's
 # resolution is 2^-32, so even the smallest increment (1 / 1000, a weight of 1000) is kept to
@@ -55,7 +56,10 @@ class Store(TenantSettings):
         chunk), in ``connection``'s transaction if given, else all or none in one of their own.
         Several chunks go down one pipeline, so a lazy ``chunks`` makes (and checks) the next
         chunk while the server inserts the last; with ``connection`` they are all made first:
-        nothing may be written to the caller's transaction before every job is checked."""
+        nothing may be written to the caller's transaction before every job is checked. With
+        ``trace``, each job's row in job_traces is written by the statement that inserts it."""
+        if trace is not None:
+            check_trace(trace)
         rest = iter(chunks)
         first = next(rest, None)
         if first is None or not len(first):
@@ -65,32 +69,34 @@ class Store(TenantSettings):
             later = list(rest)
             if not later:
                 with conn.cursor() as cur:
-                    return self._enqueue_chunk(cur, first)
-            return self._enqueue_pipeline(conn, first, later)
+                    return self._enqueue_chunk(cur, first, trace)
+            return self._enqueue_pipeline(conn, first, later, trace)
         if len(first) < CHUNK:  # the only chunk: one statement, its own transaction
             with self.cursor() as cur:
-                return self._enqueue_chunk(cur, first)
+                return self._enqueue_chunk(cur, first, trace)
         # All chunks or none; the timeouts apply too: a locked table must not hang producers.
         with self.cursor(atomic=True) as cur:
-            return self._enqueue_pipeline(cur.connection, first, rest)
+            return self._enqueue_pipeline(cur.connection, first, rest, trace)
 
-    def _enqueue_chunk(self, cur: psycopg.Cursor[Any], jobs: NewJobColumns) -> list[int]:
+    def _enqueue_chunk(self, cur: psycopg.Cursor[Any], jobs: NewJobColumns,
+                       trace: TraceContext | None = None) -> list[int]:
+        name, params = enqueue_call(jobs, trace)
         try:
-            cur.execute(self.statement("enqueue"), enqueue_params(jobs))
+            cur.execute(self.statement(name), params)
         except psycopg.Error as exc:
             raise as_invalid_input(exc) from None
         return _enqueued_ids(cur.fetchone())
 
     def _enqueue_pipeline(self, conn: psycopg.Connection[Any], first: NewJobColumns,
-                          rest: Iterable[NewJobColumns]) -> list[int]:
+                          rest: Iterable[NewJobColumns], trace: TraceContext | None) -> list[int]:
         """Each chunk's statement sent as soon as it is made, the ids read once all are in."""
-        statement = self.statement("enqueue")
         cursors: list[psycopg.Cursor[Any]] = []
         try:
             with conn.pipeline():
                 for chunk in itertools.chain((first,), rest):
                     cursors.append(cur := conn.cursor())
-                    cur.execute(statement, enqueue_params(chunk))
+                    name, params = enqueue_call(chunk, trace)
+                    cur.execute(self.statement(name), params)
             return [job_id for cur in cursors for job_id in _enqueued_ids(cur.fetchone())]
         except psycopg.Error as exc:
             raise as_invalid_input(exc) from None
@@ -409,6 +415,13 @@ class Store(TenantSettings):
             cur.execute(self.statement("get_job"), {"id": job_id})
             row = cur.fetchone()
         return JobInfo(**row) if row else None
+
+    def job_trace(self, job_id: int) -> TraceContext | None:
+        """The trace context stored with the job's enqueue (fairq.otel); None: untraced."""
+        with self.cursor() as cur:
+            cur.execute(self.statement("get_job_trace"), {"id": job_id})
+            row = cur.fetchone()
+        return TraceContext(row["traceparent"], row["tracestate"]) if row else None
 
 
 _CLAIMED = {f.name for f in fields(ClaimedJob)}

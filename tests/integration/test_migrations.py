@@ -22,7 +22,7 @@ from tests.support.catalog import differences, snapshot
 
 TABLES = {"alembic_version", "jobs", "periodic", "settings", "tenant_schedule", "tenants",
           "tenant_groups", "group_schedule", "workers", "slot_returns",
-          "claim_budgets"}
+          "claim_budgets", "job_traces"}
 BAD_SCHEMAS = ['a"b', "Robert'); DROP TABLE jobs; --", "UPPER", "1abc", "x" * 64, "a b", "é"]
 
 
@@ -63,7 +63,7 @@ FUNCTIONS = {"claim_fair", "claim_room", "claim_settle", "claim_terms", "decay_u
              "refresh_groups", "return_slots", "tenant_dry", "tenant_tokens", "throttled_open",
              "throttled_total", "token_at", "token_due", "wait_and_pick", "returns_lock",
              "fold_returns", "run_average", "fold_capped", "fold_stale_returns", "settle_capped",
-             "tenant_running", "give_ahead", "return_budgets", "wait_reason", "lock_settings",
+             "tenant_running", "give_ahead", "return_budgets", "wait_reason", "lock_settings", "trace_jobs",
              "ensure_schedule", "repair_schedule", "tenants_version"}
 
 

@@ -97,7 +97,7 @@ def test_the_integrations_extras_install_from_the_wheel(installed: Path) -> None
     """``pip install 'fairq[django,otel]'`` brings what the Django backend and tracing need,
     and pytest finds fairq's plugin through its entry point."""
     code = ("import importlib.metadata as md, django, opentelemetry.trace, fairq.otel, "
-            "fairq.testing.plugin; from fairq.contrib.django import FairqBackend; "
+            "fairq.testing; from fairq.contrib.django import FairqBackend; "
             "print([e.value for e in md.entry_points(group='pytest11') if e.name == 'fairq'])")
     out = sh(installed / "python", "-c", code, cwd=installed.parent).stdout.strip()
     assert out == "['fairq.testing.plugin']", out

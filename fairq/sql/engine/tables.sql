@@ -250,3 +250,19 @@ CREATE TABLE {schema}.workers (
     CONSTRAINT workers_pkey PRIMARY KEY (worker_id),
     CONSTRAINT workers_beat_seconds_check CHECK (beat_seconds > 0)
 );
+
+-- The W3C trace context of a traced enqueue (fairq.otel, docs/tracing.md): one row per job,
+-- written in the enqueue's transaction by trace_jobs (traces.sql), read at each attempt. A
+-- table beside jobs, so that the jobs table, the claim and an untraced enqueue are as they
+-- were. The pruner deletes a row with its job and sweeps the rows whose job went any other way
+-- (jobs.sql, prune_finished): no foreign key, whose triggers every delete of a job would pay.
+CREATE TABLE {schema}.job_traces (
+    job_id bigint NOT NULL,
+    traceparent text NOT NULL,
+    tracestate text,
+    CONSTRAINT job_traces_pkey PRIMARY KEY (job_id),
+    -- The column lengths: 55 characters (version 00's form), and the W3C's 512 at most. Checked
+    -- per row, so only the lengths: trace_jobs checks the whole form, once a call.
+    CONSTRAINT job_traces_traceparent_check CHECK (length(traceparent) = 55),
+    CONSTRAINT job_traces_tracestate_check CHECK (length(tracestate) BETWEEN 1 AND 512)
+);
