@@ -5,8 +5,6 @@ worker threads start or stop, so a test that drains ten jobs pays ten claims and
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -22,7 +20,7 @@ from fairq.results import encode_result
 from fairq.runtime.state import describe_error
 from fairq.store import Store
 from fairq.store.testing import due_count
-from fairq.testing.outcome import Outcome
+from fairq.testing.outcome import Outcome, call_sync, outcome
 
 WORKER = "fairq.testing"
 # With tenant=, the other tenants' jobs a claim picks are handed back; a claim round that gives
@@ -82,7 +80,7 @@ def _run(store: Store, tasks: Any, claimed: ClaimedJob) -> Outcome:
                              f"{', '.join(sorted(tasks)) or 'nothing'}")
     else:
         try:
-            value = _call(task.fn, job)
+            value = call_sync(task.fn, job, "drain")
         except Exception as exc:  # the job fails; BaseException (Ctrl-C) ends the test
             error = exc
     seconds = time.monotonic() - t0
@@ -91,27 +89,11 @@ def _run(store: Store, tasks: Any, claimed: ClaimedJob) -> Outcome:
         text, note = encode_result(value)
         done = store.finish_done([(job.id, job.attempt)], [text], [note], [seconds],
                                  started=started)
-        return _outcome(claimed, "done" if done else "lease_lost", result=value)
+        return outcome(job, "done" if done else "lease_lost", result=value)
     rows = store.finish_failed([(job.id, job.attempt, describe_error(error), None)], (),
                                [seconds], started=started)
     status = "lease_lost" if not rows else "retry" if rows[0].status == "queued" else "failed"
-    return _outcome(claimed, status, error=error)
-
-
-def _call(fn: Any, job: Job) -> Any:
-    if not inspect.iscoroutinefunction(fn):
-        return fn(job)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(fn(job))
-    raise InvalidInput(f"drain: task {job.task!r} is async and drain was called inside an "
-                       "event loop: call it from a plain (sync) test")
-
-
-def _outcome(c: ClaimedJob, status: str, *, result: Any = None,
-             error: BaseException | None = None) -> Outcome:
-    return Outcome(c.id, c.task, c.tenant, c.queue, c.attempts, status, result, error)
+    return outcome(job, status, error=error)
 
 
 def statuses(outcomes: Sequence[Outcome]) -> dict[str, int]:

@@ -4,7 +4,6 @@ Nothing is written: the app's sink is swapped for one that runs the jobs (``fair
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import itertools
@@ -20,7 +19,7 @@ from fairq.app.hooks import with_hooks
 from fairq.errors import InvalidInput
 from fairq.job import Job
 from fairq.models import ClaimedJob, NewJobColumns, TraceContext
-from fairq.testing.outcome import Outcome
+from fairq.testing.outcome import Outcome, call_sync, outcome
 
 # Inline jobs are not stored: their ids are negative, so none is ever a stored job's id.
 _ids = itertools.count(-1, -1)
@@ -53,7 +52,7 @@ class InlineRun:
         for chunk in chunks:
             for job, fn in self._jobs(chunk):
                 ids.append(job.id)
-                self._record(job, functools.partial(_call_sync, fn, job))
+                self._record(job, functools.partial(call_sync, fn, job, "inline"))
         return ids
 
     async def put_async(self, jobs: NewJobColumns, *, connection: Any,
@@ -65,9 +64,9 @@ class InlineRun:
                 try:
                     value = await fn(job)
                 except Exception as exc:
-                    self.outcomes.append(_outcome(job, "failed", error=exc))
+                    self.outcomes.append(outcome(job, "failed", error=exc))
                     raise
-                self.outcomes.append(_outcome(job, "done", result=value))
+                self.outcomes.append(outcome(job, "done", result=value))
             else:
                 self._record(job, functools.partial(fn, job))
         return ids
@@ -86,20 +85,9 @@ class InlineRun:
         try:
             value = call()
         except Exception as exc:
-            self.outcomes.append(_outcome(job, "failed", error=exc))
+            self.outcomes.append(outcome(job, "failed", error=exc))
             raise
-        self.outcomes.append(_outcome(job, "done", result=value))
-
-
-def _call_sync(fn: Callable[[Job], Any], job: Job) -> Any:
-    if not inspect.iscoroutinefunction(fn):
-        return fn(job)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(fn(job))
-    raise InvalidInput(f"inline: task {job.task!r} is async and this enqueue runs inside an "
-                       "event loop: use enqueue_async, which awaits it")
+        self.outcomes.append(outcome(job, "done", result=value))
 
 
 def _job(chunk: NewJobColumns, i: int) -> Job:
@@ -114,11 +102,6 @@ def _job(chunk: NewJobColumns, i: int) -> Job:
         cost=chunk.costs[i], run_at=run_at, started_at=now,
         locked_until=now + timedelta(seconds=lease))
     return Job.from_claim(claimed, _NoLease())
-
-
-def _outcome(job: Job, status: str, *, result: Any = None,
-             error: BaseException | None = None) -> Outcome:
-    return Outcome(job.id, job.task, job.tenant, job.queue, job.attempt, status, result, error)
 
 
 @contextmanager

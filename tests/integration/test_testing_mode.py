@@ -29,11 +29,8 @@ def app(fairq_app: fairq.App) -> fairq.App:
 
 
 def _register(app: fairq.App) -> dict[str, fairq.Task[object]]:
-    seen: list[tuple[str, object]] = []
-
     @app.task(name="echo", max_attempts=2)
     def echo(job: fairq.Job) -> object:
-        seen.append((job.tenant, job.payload))
         if job.payload.get("boom"):
             raise ValueError(f"boom for {job.tenant}")
         return {"n": job.payload.get("n")}
@@ -43,7 +40,6 @@ def _register(app: fairq.App) -> dict[str, fairq.Task[object]]:
         await asyncio.sleep(0)
         return "awaited"
 
-    app.seen = seen  # type: ignore[attr-defined]
     return {"echo": echo, "later": later}
 
 
