@@ -1,11 +1,13 @@
 """The example's own tests (``python manage.py test``): only Django's Tasks API, fairq's
 documented settings and commands, and a real ``manage.py fairq_worker`` process."""
 
+import datetime
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.test import TransactionTestCase
@@ -16,6 +18,7 @@ from fairq.contrib.django import FairqBackend, close_connections
 from orgs.tasks import broken, build_report
 
 HERE = Path(__file__).resolve().parents[1]
+SCHEMA = settings.FAIRQ["SCHEMA"]  # a checked name: lower-case letters, digits and _
 
 
 def run_worker() -> subprocess.CompletedProcess:
@@ -23,6 +26,12 @@ def run_worker() -> subprocess.CompletedProcess:
     env = dict(os.environ, DJANGO_DB_NAME=connection.settings_dict["NAME"])
     return subprocess.run([sys.executable, "manage.py", "fairq_worker", "--until-empty"],
                           cwd=HERE, env=env, capture_output=True, text=True, timeout=120)
+
+
+def count_jobs() -> int:
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {SCHEMA}.jobs")
+        return cur.fetchone()[0]
 
 
 class TasksOnFairq(TransactionTestCase):
@@ -39,14 +48,18 @@ class TasksOnFairq(TransactionTestCase):
     def test_a_committed_enqueue_is_a_job_and_a_worker_runs_it(self):
         with transaction.atomic():
             result = build_report.enqueue(7, org="acme")
+            bulk = build_report.using(queue_name="bulk").enqueue(8, org="acme")
         self.assertEqual(result.status, TaskResultStatus.READY)
         self.assertEqual(build_report.get_result(result.id).status, TaskResultStatus.READY)
-        proc = run_worker()
+        proc = run_worker()  # serves the tasks' queue and TASKS' QUEUES
         self.assertEqual(proc.returncode, 0, proc.stderr)
         result.refresh()
         self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
         self.assertEqual(result.return_value, {"report": 7, "pages": 1})
         self.assertEqual(result.args, [7])
+        bulk.refresh()
+        self.assertEqual(bulk.status, TaskResultStatus.SUCCESSFUL)
+        self.assertEqual(bulk.return_value, {"report": 8, "pages": 2})
 
     def test_a_rolled_back_enqueue_leaves_no_job(self):
         result_id = None
@@ -64,7 +77,7 @@ class TasksOnFairq(TransactionTestCase):
         result_id = answer.json()["result_id"]
         app = task_backends["default"]  # the backend; the job's tenant read back through SQL
         with connection.cursor() as cur:
-            cur.execute("SELECT tenant FROM fairq.jobs WHERE id = %s", [int(result_id)])
+            cur.execute(f"SELECT tenant FROM {SCHEMA}.jobs WHERE id = %s", [int(result_id)])
             self.assertEqual(cur.fetchone(), ("globex",))
         self.assertIsNotNone(app)
         rolled_back = self.client.get("/reports/4/?fail=1", headers={"X-Organisation": "globex"})
@@ -80,11 +93,17 @@ class TasksOnFairq(TransactionTestCase):
         self.assertEqual(result.errors[0].exception_class, ValueError)
         self.assertIn("no paper", result.errors[0].traceback)
 
-    def test_a_tenant_callable_that_raises_is_one_clear_error(self):
+    def test_a_bad_enqueue_is_one_clear_error_and_no_job(self):
+        jobs_before = count_jobs()
         with self.assertRaises(InvalidTaskError) as err:
             build_report.enqueue(1)  # no request, no org=: the callable raises
         self.assertIn("TENANT_FROM orgs.tenancy.current_tenant raised LookupError",
                       str(err.exception))
+        with self.assertRaises(InvalidTaskError) as err:
+            build_report.enqueue(datetime.date(2026, 1, 1), org="acme")  # not JSON
+        self.assertIn("orgs.tasks.build_report: the task's arguments must be JSON",
+                      str(err.exception))
+        self.assertEqual(count_jobs(), jobs_before)
 
     def test_bad_configuration_is_one_line_at_start_up(self):
         """A misspelt option: `manage.py check` (and runserver, fairq_worker) says so."""
@@ -105,3 +124,8 @@ class TasksOnFairq(TransactionTestCase):
         backend = FairqBackend("other", {"OPTIONS": {"TENANT_FROM": "orgs.tenancy.nothing"}})
         (error,) = list(backend.check())
         self.assertIn("TENANT_FROM 'orgs.tenancy.nothing' does not import", error.msg)
+        with self.settings(FAIRQ={"SCHEMA": "No-Such", "WORKER": {"concurency": 2}}):
+            found = [e.msg for e in task_backends["default"].check()]
+        self.assertEqual(len(found), 2, found)
+        self.assertIn("settings.FAIRQ SCHEMA", found[0])
+        self.assertIn("settings.FAIRQ WORKER: unknown option(s) concurency", found[1])

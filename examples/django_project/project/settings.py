@@ -24,12 +24,15 @@ DATABASES = {
         "PASSWORD": os.environ.get("DJANGO_DB_PASSWORD", ""),
         "HOST": os.environ.get("DJANGO_DB_HOST", "127.0.0.1"),
         "PORT": os.environ.get("DJANGO_DB_PORT", "5432"),
+        # The test run's database (default: test_ and NAME), made and dropped by the runner.
+        "TEST": {"NAME": os.environ.get("DJANGO_TEST_DB_NAME")},
     }
 }
 
 TASKS = {
     "default": {
         "BACKEND": "fairq.contrib.django.FairqBackend",
+        "QUEUES": ["default", "bulk"],  # build_report.using(queue_name="bulk") goes to fairq's "bulk"
         "OPTIONS": {"TENANT_FROM": "orgs.tenancy.current_tenant", "MAX_ATTEMPTS": 1},
     }
 }

@@ -50,15 +50,16 @@ class FairqBackend(BaseTaskBackend):  # type: ignore[misc]
         super().__init__(alias, params)
         # Reported by the system checks at start-up (check()); an enqueue refuses with it too.
         self.problems = option_problems(self.options)
+        # The queues TASKS names (QUEUES): a task may be enqueued to any of them with
+        # .using(queue_name=...), so the worker serves them besides its tasks' own queues.
+        self.declared_queues = sorted(params.get("QUEUES") or ())
 
     # -- configuration ---------------------------------------------------------------------
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
         """Django's system checks (``manage.py check``, runserver, the worker's start): a bad
         option is one line before the first job, not a traceback at it."""
-        try:
-            conf.fairq_settings()
-        except ImproperlyConfigured as exc:
-            yield checks.Error(str(exc), id="fairq.E002")
+        for problem in conf.problems():  # settings.FAIRQ and its database
+            yield checks.Error(problem, id="fairq.E002")
         for problem in self.problems:
             yield checks.Error(f"TASKS[{self.alias!r}]: {problem}", id="fairq.E001")
 
@@ -91,6 +92,9 @@ class FairqBackend(BaseTaskBackend):  # type: ignore[misc]
         args, kwargs = list(args), dict(kwargs)
         django_db = connections[conf.database_alias()]
         django_db.ensure_connection()
+        # In an atomic block a failed query has broken: Django's own refusal, not the
+        # database's "current transaction is aborted" from under it.
+        django_db.validate_no_broken_transaction()
         try:
             tenant = self.tenant(task, args, kwargs)
             job_id = conf.app().enqueue(
@@ -100,7 +104,11 @@ class FairqBackend(BaseTaskBackend):  # type: ignore[misc]
                 max_attempts=int(self.options.get("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS)),
                 lease=int(self.options.get("LEASE", 300)), connection=django_db.connection)
         except InvalidInput as exc:
-            raise InvalidTaskError(str(exc)) from exc
+            message = str(exc)
+            if message.startswith("payload "):  # the arguments: say so, and whose
+                message = (f"{task.module_path}: the task's arguments must be JSON (the "
+                           f"job's payload {message.removeprefix('payload ')})")
+            raise InvalidTaskError(message) from exc
         info = conf.app().job(job_id) if not django_db.in_atomic_block else None
         return to_result(task, str(job_id), info, self.alias, args, kwargs)
 

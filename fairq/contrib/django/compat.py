@@ -3,7 +3,7 @@ package (``django_tasks``) on Django 5.2, the same API."""
 
 from __future__ import annotations
 
-try:  # Django 6
+try:  # Django 6 (its InvalidTask is django-tasks' InvalidTaskError: one name here)
     from django.tasks import (  # type: ignore[import-not-found,unused-ignore]
         Task,
         TaskContext,
@@ -16,7 +16,9 @@ try:  # Django 6
     )
     from django.tasks.base import TaskError  # type: ignore[import-not-found,unused-ignore]
     from django.tasks.exceptions import (  # type: ignore[import-not-found,unused-ignore]
-        InvalidTaskError,
+        InvalidTask as InvalidTaskError,
+    )
+    from django.tasks.exceptions import (  # type: ignore[import-not-found,unused-ignore]
         TaskResultDoesNotExist,
     )
 except ImportError:

@@ -13,6 +13,7 @@ database's own connection settings (``DATABASES[alias]``), so fairq never needs 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -21,6 +22,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 import fairq
+from fairq.config import resolve_schema
+from fairq.errors import InvalidInput
 
 KEYS = {"DATABASE", "SCHEMA", "WORKER", "TASK_MODULES"}
 # DATABASES[alias] -> libpq keyword: what fairq's own connections (its worker, results) need.
@@ -55,13 +58,58 @@ def database_alias() -> str:
 def conninfo(alias: str) -> str:
     """A libpq connection string for ``DATABASES[alias]`` as Django connects to it now (a
     test run's test database included)."""
+    problem = database_problem(alias)
+    if problem:
+        raise ImproperlyConfigured(problem)
     db = connections[alias].settings_dict
-    if db.get("ENGINE") != "django.db.backends.postgresql":
-        raise ImproperlyConfigured(f"fairq needs PostgreSQL: DATABASES[{alias!r}] uses "
-                                   f"{db.get('ENGINE')!r}")
     pairs = {key: db.get(name) for name, key in _LIBPQ.items()}
     pairs.update({k: v for k, v in (db.get("OPTIONS") or {}).items() if k in _LIBPQ_OPTIONS})
     return " ".join(f"{k}='{_quoted(v)}'" for k, v in pairs.items() if v not in (None, ""))
+
+
+def database_problem(alias: str) -> str | None:
+    """Why fairq cannot use ``DATABASES[alias]`` (None: it can): fairq needs PostgreSQL (any
+    engine of that vendor, PostGIS too) on psycopg 3, whose connection a job is written on."""
+    db = connections[alias]
+    if db.vendor != "postgresql":
+        return (f"fairq needs PostgreSQL: DATABASES[{alias!r}] uses "
+                f"{db.settings_dict.get('ENGINE')!r}")
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if not is_psycopg3:
+        return (f"fairq needs psycopg 3: DATABASES[{alias!r}] runs on psycopg2, whose "
+                "connection fairq cannot write a job on (pip install 'psycopg[binary]')")
+    return None
+
+
+def problems() -> list[str]:
+    """What is wrong with ``settings.FAIRQ`` and the database it names, one line each: for
+    the system checks, so that none of it waits for the first job or the worker's start."""
+    try:
+        conf = fairq_settings()
+    except ImproperlyConfigured as exc:
+        return [str(exc)]
+    found = []
+    problem = database_problem(conf["DATABASE"])
+    if problem:
+        found.append(problem)
+    try:
+        resolve_schema(conf["SCHEMA"])
+    except InvalidInput as exc:
+        found.append(f"settings.FAIRQ SCHEMA: {exc}")
+    from fairq.runtime import WorkerSettings
+
+    known = {f.name for f in dataclasses.fields(WorkerSettings)}
+    unknown = sorted(set(conf["WORKER"]) - known)
+    if unknown:
+        found.append(f"settings.FAIRQ WORKER: unknown option(s) {', '.join(unknown)}; the "
+                     f"worker takes {', '.join(sorted(known))}")
+    else:
+        try:
+            WorkerSettings(**conf["WORKER"])
+        except (InvalidInput, TypeError) as exc:
+            found.append(f"settings.FAIRQ WORKER: {exc}")
+    return found
 
 
 def _quoted(value: object) -> str:

@@ -20,7 +20,7 @@ class Command(BaseCommand):  # type: ignore[misc]
         parser.add_argument("--backend", default="default", help="the TASKS alias (default)")
         parser.add_argument("--concurrency", type=int, help="handler slots (default 8)")
         parser.add_argument("--queues", nargs="+", help="queues to claim from (default: the "
-                            "tasks' queues)")
+                            "tasks' queues and TASKS' QUEUES)")
         parser.add_argument("--policy", help="claim policy (default weighted)")
         parser.add_argument("--until-empty", action="store_true",
                             help="stop once nothing is runnable (tests, one-off drains)")
@@ -40,9 +40,14 @@ class Command(BaseCommand):  # type: ignore[misc]
         for key in ("concurrency", "queues", "policy"):
             if options.get(key) is not None:
                 settings[key] = options[key]
-        if not discover(alias):
+        tasks = discover(alias)
+        if not tasks:
             raise CommandError(f"no @task functions of backend {alias!r} found (in each app's "
                                "tasks.py, or settings.FAIRQ['TASK_MODULES'])")
+        if settings.get("queues") is None and backend.declared_queues:
+            # TASKS' QUEUES too: a job sent to one with .using(queue_name=...) is not stranded.
+            settings["queues"] = sorted({*backend.declared_queues,
+                                         *(task.queue_name for task in tasks.values())})
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                             "%(message)s")
         app = worker_app(alias)
