@@ -3,11 +3,14 @@ an in-process worker with ``fairq.otel.instrument`` and without it, alternating 
 run so drift in the machine or the database hits both sides alike.
 
     python -m benchmarks.otel_overhead [--dsn URL] [--rounds 5] [--jobs 10000] [--concurrency 8]
+                                       [--sleep-ms 0]
 
 Traced: the jobs are enqueued in a span (``enqueue_many`` in chunks of ``--chunk``), each
 stores its context (job_traces) and each attempt reads it and runs in a span; spans go to the
 SDK's BatchSpanProcessor with an exporter that drops them (the SDK's cost, not a network's).
-Untraced: an app never instrumented (no span, no row, no read). The database is a fresh one
+Untraced: an app never instrumented (no span, no row, no read). The handler does nothing (the
+worst case: all that is measured is fairq's and tracing's own work), or sleeps ``--sleep-ms``
+(a handler waiting on I/O). The database is a fresh one
 created next to ``--dsn`` (default ``$FAIRQ_DATABASE_URL`` or the local test server) and dropped
 afterwards. Prints each round's rates, the medians and the paired ratios (traced / untraced).
 """
@@ -54,9 +57,14 @@ def with_db(dsn: str, name: str) -> str:
     return make_conninfo(**params)  # type: ignore[arg-type]
 
 
-def make_app(dsn: str) -> fairq.App:
+def make_app(dsn: str, sleep_s: float) -> fairq.App:
     app = fairq.App(dsn, schema="fairq", pool_size=8)
-    app.task(name="noop", lease=60)(lambda job: None)
+
+    @app.task(name="noop", lease=60)
+    def noop(job: fairq.Job) -> None:
+        if sleep_s:
+            time.sleep(sleep_s)
+
     return app
 
 
@@ -91,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--chunk", type=int, default=100,
                     help="jobs per enqueue_many call, each one span when traced (default 100)")
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--sleep-ms", type=float, default=0.0,
+                    help="each handler sleeps this long (default 0: does nothing)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
     logging.getLogger("fairq").setLevel(logging.WARNING)
@@ -105,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sides: dict[str, tuple[list[float], list[float]]] = {"traced": ([], []), "untraced": ([], [])}
     try:
         migrate.upgrade(dsn, "fairq")
-        plain, traced = make_app(dsn), make_app(dsn)
+        plain, traced = make_app(dsn, args.sleep_ms / 1000), make_app(dsn, args.sleep_ms / 1000)
         fairq.otel.instrument(traced, tracer_provider=provider)
         plain.tenants.set_defaults(weight=1.0, max_running=1_000_000)  # no caps: measure work
         for app, prov in ((plain, None), (traced, provider)):  # warm-up, one of each
@@ -134,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     result = {
         "jobs_per_round": args.jobs, "rounds_per_side": args.rounds, "chunk": args.chunk,
-        "concurrency": args.concurrency, "tenants": args.tenants,
+        "concurrency": args.concurrency, "tenants": args.tenants, "sleep_ms": args.sleep_ms,
         "enqueue_traced_jobs_per_s": [round(x) for x in sides["traced"][0]],
         "enqueue_untraced_jobs_per_s": [round(x) for x in sides["untraced"][0]],
         "drain_traced_jobs_per_s": [round(x) for x in sides["traced"][1]],

@@ -246,6 +246,7 @@ class ClaimReads:
         self._lock = threading.Lock()
         self._known: OrderedDict[int, TraceContext | None] = OrderedDict()
         self._reading: dict[tuple[datetime, datetime], threading.Event] = {}
+        self._read: OrderedDict[tuple[datetime, datetime], None] = OrderedDict()  # batches done
         self._warned = False
 
     def get(self, job: Job) -> TraceContext | None:
@@ -269,26 +270,32 @@ class ClaimReads:
             if job.id in self._known:
                 return self._known.pop(job.id)
             reading = self._reading.get(key)
-            mine = reading is None
-            if reading is None:
+            if reading is None and key not in self._read:
                 reading = self._reading[key] = threading.Event()
+                mine = True
+            else:
+                mine = False
         if mine:
+            assert reading is not None
+            found: dict[int, TraceContext | None] = {}
             try:
                 found = claim_traces(self.app.store, job.started_at, job.locked_until)
-            finally:
+            finally:  # kept before the others waiting are woken
                 with self._lock:
+                    self._known.update(found)
+                    self._read[key] = None
                     del self._reading[key]
+                    for kept in (self._known, self._read):
+                        while len(kept) > self.KEEP:
+                            kept.popitem(last=False)
                 reading.set()
-            with self._lock:
-                self._known.update(found)
-                while len(self._known) > self.KEEP:
-                    self._known.popitem(last=False)
-        else:
-            reading.wait(5.0)  # another attempt of the batch is reading
+        elif reading is not None:
+            reading.wait(5.0)  # another attempt of the batch is reading it
         with self._lock:
             if job.id in self._known:
                 return self._known.pop(job.id)
-        return self.app.store.job_trace(job.id)  # its lease moved since the claim: on its own
+        # Not in its batch (or the batch could not be read): its lease moved since the claim.
+        return self.app.store.job_trace(job.id)
 
 
 def _attempt_attributes(job: Job) -> dict[str, Any]:

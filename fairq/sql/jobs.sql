@@ -271,8 +271,9 @@ WITH old AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
+-- Probes of the primary keys (= ANY of an array), never a scan of job_traces or of jobs.
 traces AS (
-    DELETE FROM {schema}.job_traces t USING old WHERE t.job_id = old.id
+    DELETE FROM {schema}.job_traces t WHERE t.job_id = ANY(ARRAY(SELECT o.id FROM old o))
 ),
 mark AS (
     SELECT coalesce((SELECT (s.value->>'after')::bigint FROM {schema}.settings s
@@ -286,9 +287,12 @@ scanned AS MATERIALIZED (
 -- A job and its context are written in one transaction, so this statement's snapshot sees
 -- both or neither: a context whose job it cannot see has lost its job for good. (The jobs
 -- `old` deletes are still seen here: `traces` takes their contexts.)
+live AS MATERIALIZED (
+    SELECT j.id FROM {schema}.jobs j WHERE j.id = ANY(ARRAY(SELECT s.job_id FROM scanned s))
+),
 orphans AS (
-    DELETE FROM {schema}.job_traces t USING scanned s
-    WHERE t.job_id = s.job_id AND NOT EXISTS (SELECT FROM {schema}.jobs j WHERE j.id = s.job_id)
+    DELETE FROM {schema}.job_traces t
+    WHERE t.job_id = ANY(ARRAY(SELECT s.job_id FROM scanned s EXCEPT SELECT l.id FROM live l))
 ),
 swept AS (
     -- The next sweep starts after the last context read, or from the front again once a

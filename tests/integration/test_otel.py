@@ -430,3 +430,70 @@ def test_each_role_has_what_tracing_needs(role_dsns: dict[str, str]) -> None:
     finally:
         producer.app.close()
         worker.app.close()
+
+
+def test_a_claims_batch_reads_its_contexts_in_one_round_trip(
+        traced: Traced, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fairq.job import Job
+    from fairq.policies import get_policy
+
+    reads: list[str] = []
+    batch, one = fairq.otel.claim_traces, fairq.store.Store.job_trace
+    monkeypatch.setattr(fairq.otel, "claim_traces",
+                        lambda *a: reads.append("batch") or batch(*a))  # type: ignore[func-returns-value]
+    monkeypatch.setattr(fairq.store.Store, "job_trace",
+                        lambda self, i: reads.append("one") or one(self, i))  # type: ignore[func-returns-value]
+    store = traced.app.store
+    with traced.tracer.start_as_current_span("r"):
+        ids = traced.app.enqueue_many("ok", [(f"t{i}", {}) for i in range(10)])
+    untraced = store.enqueue([NewJob(task="ok", tenant="t0", payload_json="{}")])
+    claimed = store.claim(get_policy("fifo"), queue="default", batch=20, worker="w")
+    assert sorted(c.id for c in claimed) == sorted(ids + untraced)
+    moved = next(c for c in claimed if c.id == ids[-1])  # a heartbeat moved its lease
+    assert store.extend_leases([(moved.id, moved.attempts)], 600, started=[moved.started_at])
+    [hook] = traced.app.attempt_hooks
+    for c in claimed:
+        with hook(Job.from_claim(c, store)):
+            pass
+    assert reads == ["batch", "one"]
+    [send] = traced.spans(SpanKind.PRODUCER)
+    parents = {int((s.attributes or {})["messaging.message.id"]): s.parent
+               for s in traced.spans(SpanKind.CONSUMER)}
+    assert all(parents[i] is not None and parents[i].span_id == send.context.span_id  # type: ignore[union-attr]
+               for i in ids)
+    assert parents[untraced[0]] is None
+
+
+def test_a_context_that_cannot_be_read_never_fails_the_attempt(
+        traced: Traced, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    with traced.tracer.start_as_current_span("r"):
+        traced.app.enqueue_many("ok", [("a", {}), ("b", {})])
+
+    def refused(*args: object) -> None:
+        raise psycopg.errors.InsufficientPrivilege("permission denied for table job_traces")
+
+    monkeypatch.setattr(fairq.otel, "claim_traces", refused)
+    assert [o.status for o in drain(traced.app)] == ["done", "done"]
+    assert [s.parent for s in traced.spans(SpanKind.CONSUMER)] == [None, None]
+    [warning] = [r for r in caplog.records if r.name == "fairq.otel"]
+    assert "permission denied for table job_traces" in warning.getMessage()
+
+
+def test_a_worker_with_many_slots_gives_every_attempt_its_own_jobs_context(
+        traced: Traced) -> None:
+    """The batch reads under concurrency: 8 slots, batches of 16, two enqueues' jobs mixed."""
+    app = traced.app
+    app.tenants.set_defaults(max_running=1000)
+    sent: dict[int, int] = {}
+    for n in range(2):
+        with traced.tracer.start_as_current_span(f"request {n}"):
+            for job_id in app.enqueue_many("ok", [(f"t{i % 7}", {}) for i in range(150)]):
+                sent[job_id] = n
+    app.worker(concurrency=8, policy="weighted", batch=16).run(until_empty=True)
+    sends = sorted(traced.spans(SpanKind.PRODUCER), key=lambda s: s.start_time or 0)
+    processes = traced.spans(SpanKind.CONSUMER)
+    assert len(processes) == 300
+    for p in processes:
+        expected = sends[sent[int((p.attributes or {})["messaging.message.id"])]]
+        assert p.parent is not None and p.parent.span_id == expected.context.span_id
+        assert p.context.trace_id == expected.context.trace_id
