@@ -6,6 +6,7 @@ rounds with several Apps released by a barrier, and counted in the database."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -129,12 +130,17 @@ def test_a_delete_racing_an_enqueue_never_strands_the_job(
     a, b = apps
     refused = deleted = 0
     for i in range(ROUNDS + 20):
-        tenant = f"d{i}"
+        tenant = queue = f"d{i}"  # a queue of its own: the set-up's claim takes its job
         a.tenants.set(tenant, weight=2)
-        job = a.enqueue("t.x", tenant=tenant)
-        a.store.claim(get_policy("weighted"), queue="default", batch=1, worker="w")
+        job = a.enqueue("t.x", tenant=tenant, queue=queue)
+        (got,) = a.store.claim(get_policy("weighted"), queue=queue, batch=1, worker="w")
+        assert got.id == job
         a.store.finish_done([(job, 1)])  # the tenant has a schedule row and no job
-        errors = both(lambda t=tenant: a.enqueue("t.x", tenant=t),
+        # The enqueue starts 0-20 ms after the delete, another offset each round: their
+        # statements overlap in every order, not only in the likeliest one.
+        lag = (i % 40) * 0.0005
+        errors = both(lambda t=tenant, s=lag: (time.sleep(s), a.enqueue("t.x", tenant=t,
+                                                                        queue=t)),
                       lambda t=tenant: b.tenants.delete(t))
         assert all(isinstance(e, InvalidInput) for e in errors), errors
         refused += len(errors)
@@ -142,11 +148,13 @@ def test_a_delete_racing_an_enqueue_never_strands_the_job(
     assert stranded(dsn) == 0
     # Every queued job can be claimed: one per tenant, the whole set.
     claimed = 0
-    while got := a.store.claim(get_policy("weighted"), queue="default", batch=50, worker="w"):
-        claimed += len(got)
-        a.store.finish_done([(j.id, j.attempts) for j in got])
+    for i in range(ROUNDS + 20):
+        for j in a.store.claim(get_policy("weighted"), queue=f"d{i}", batch=5, worker="w"):
+            claimed += 1
+            a.store.finish_done([(j.id, j.attempts)])
     assert claimed == ROUNDS + 20
     assert refused + deleted == ROUNDS + 20
+    assert refused and deleted  # both orders happened
 
 
 def test_the_maintenance_makes_a_missing_schedule_row_and_says_so(
