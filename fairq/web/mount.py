@@ -27,13 +27,13 @@ from starlette.routing import Mount, Route
 
 from fairq import validation
 from fairq.errors import InvalidInput
+from fairq.web import limits
 from fairq.web import security as sec
 from fairq.web.server import (
     Console,
     _Headers,
     _name,
     _Segments,
-    exception_handlers,
     is_api,
     root_path,
     route_path,
@@ -131,20 +131,23 @@ class _Mounted(Console):
         return {"csrf": self.csrf(request) if may_act else None, "actions": may_act,
                 "own_login": False, "operator": None if access is None else access.operator}
 
-    async def _authorized(self, request: Request) -> tuple[dict[str, Any], str | None]:
+    async def _authorized(self, request: Request) -> tuple[dict[str, Any], int, str | None]:
         access = self.access(request)
         if access is None or not access.may_act:  # refused before the body is read
             self._refused(request, access, "may not act")
-            return {}, "you may read the console but not act (the host app's authorize says so)"
-        fields, bad = await self.fields(request)
-        if bad is not None:
-            return {}, bad
-        given = request.headers.get(sec.CSRF_HEADER) if is_api(request) else fields.get(
-            sec.CSRF_FIELD)
-        if not sec.same(str(given or ""), self.csrf(request)):
+            return {}, 403, ("you may read the console but not act (the host app's authorize "
+                             "says so)")
+        api = is_api(request)
+        if api and not sec.same(request.headers.get(sec.CSRF_HEADER) or "", self.csrf(request)):
             self._refused(request, access, "missing or wrong CSRF token")
-            return fields, "missing or wrong CSRF token: reload the page"
-        return fields, None
+            return {}, 403, "missing or wrong CSRF token: reload the page"
+        fields, status, bad = await self.fields(request)
+        if bad is not None:
+            return {}, status, bad
+        if not api and not sec.same(str(fields.get(sec.CSRF_FIELD) or ""), self.csrf(request)):
+            self._refused(request, access, "missing or wrong CSRF token")
+            return fields, 403, "missing or wrong CSRF token: reload the page"
+        return fields, 200, None
 
     def _refused(self, request: Request, access: Access | None, why: str) -> None:
         what, kind, target = _action_of(request)
@@ -227,6 +230,7 @@ def console(app: App, *, authorize: Authorize, csrf_secret: str | bytes | None =
     mounted = _Mounted(app, authorize, _secret(csrf_secret))
     return Starlette(
         routes=mounted.routes(),
-        middleware=[Middleware(_Segments), Middleware(_Headers),
+        middleware=[Middleware(limits.BodyLimit), Middleware(_Segments), Middleware(_Headers),
+                    Middleware(limits.Errors, render=mounted.error),
                     Middleware(_Authorize, console=mounted)],
-        exception_handlers=exception_handlers(mounted))
+        exception_handlers=limits.exception_handlers(mounted.error))

@@ -26,9 +26,8 @@ from starlette.staticfiles import StaticFiles
 
 from fairq import __version__
 from fairq.errors import InvalidInput
-from fairq.store import errors
 from fairq.store.console import SORTS
-from fairq.web import charts, data
+from fairq.web import charts, data, limits
 from fairq.web import security as sec
 
 if TYPE_CHECKING:
@@ -149,9 +148,9 @@ class Console:
         fields given; the form carries the version it showed, and a save over a newer one is
         refused (409) instead of overwriting."""
         api = is_api(request)
-        fields, why = await self._authorized(request)
+        fields, status, why = await self._authorized(request)
         if why is not None:
-            return self.error(request, 403, why)
+            return self.error(request, status, why)
         name = _name(request)
         try:
             result = await run_in_threadpool(data.set_tenant, self.app, name, fields,
@@ -214,10 +213,15 @@ class Console:
         return resp
 
     async def logout(self, request: Request) -> Response:
-        form = await request.form()
+        """The session ends only with its CSRF token: another site cannot log anyone out."""
         sid = request.cookies.get(sec.SESSION_COOKIE)
-        if self.guard.csrf_for(sid) is not None and sec.same(
-                str(form.get(sec.CSRF_FIELD) or ""), self.guard.csrf_for(sid)):
+        expected = self.guard.csrf_for(sid)
+        if expected is not None:
+            fields, status, bad = await self.fields(request)
+            if bad is not None:
+                return self.error(request, status, bad)
+            if not sec.same(str(fields.get(sec.CSRF_FIELD) or ""), expected):
+                return self.error(request, 403, "missing or wrong CSRF token: reload the page")
             self.guard.logout(sid)
         resp = RedirectResponse(root_path(request) + "/?notice=logout", status_code=303)
         resp.delete_cookie(sec.SESSION_COOKIE, path="/")
@@ -225,47 +229,58 @@ class Console:
 
     # -- actions -----------------------------------------------------------------------------
     @staticmethod
-    async def fields(request: Request) -> tuple[dict[str, Any], str | None]:
+    async def fields(request: Request) -> tuple[dict[str, Any], int, str | None]:
         """The POST's fields (a JSON object under /api/, else the form), and why they are
-        refused (None: they parse)."""
+        refused: (fields, status, None) when they parse, else ({}, 400 or 415, why)."""
+        kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if not is_api(request):
-            return {k: str(x) for k, x in (await request.form()).items()}, None
+            if not kind:  # no body (a button without fields): an empty form
+                return {}, 200, None
+            if kind not in ("application/x-www-form-urlencoded", "multipart/form-data"):
+                return {}, 415, "a form's body must be application/x-www-form-urlencoded"
+            return {k: str(x) for k, x in (await request.form()).items()}, 200, None
         body = await request.body()
         if not body:
-            return {}, None
+            return {}, 200, None
+        if kind != "application/json":
+            return {}, 415, "the body must be JSON (Content-Type: application/json)"
         try:
             parsed = json.loads(body)
-        except ValueError:
-            return {}, "the body is not JSON"
+        except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
+            return {}, 400, "the body is not JSON"
         if not isinstance(parsed, dict):
-            return {}, "the body must be a JSON object"
-        return parsed, None
+            return {}, 400, "the body must be a JSON object"
+        return parsed, 200, None
 
-    async def _authorized(self, request: Request) -> tuple[dict[str, Any], str | None]:
-        """The POST's fields, and why it is refused (None: it may act)."""
+    async def _authorized(self, request: Request) -> tuple[dict[str, Any], int, str | None]:
+        """The POST's fields, and why it is refused: (fields, 200, None) when it may act.
+        Who is asking is checked from the headers first, so a caller who may not act gets
+        403 without its body read; then the body's type (415) and syntax (400)."""
         api = is_api(request)
-        fields, bad = await self.fields(request)
-        if bad is not None:
-            return {}, bad
         if not self.guard.allow_actions:
-            return fields, "the console is read-only: start it with --allow-actions"
+            return {}, 403, "the console is read-only: start it with --allow-actions"
         auth = request.headers.get("authorization", "")
-        if api and auth.lower().startswith("bearer "):
-            return fields, None if self.guard.token_ok(auth[7:].strip()) else "wrong token"
         sid = request.cookies.get(sec.SESSION_COOKIE)
-        if self.guard.csrf_for(sid) is None:
-            return fields, "log in first (the token of FAIRQ_WEB_TOKEN)"
-        csrf = request.headers.get(sec.CSRF_HEADER) if api else fields.get(sec.CSRF_FIELD)
-        if not self.guard.may_act(sid, csrf):
-            return fields, "missing or wrong CSRF token: reload the page"
-        return fields, None
+        if api and auth.lower().startswith("bearer "):
+            if not self.guard.token_ok(auth[7:].strip()):
+                return {}, 403, "wrong token"
+        elif self.guard.csrf_for(sid) is None:
+            return {}, 403, "log in first (the token of FAIRQ_WEB_TOKEN)"
+        elif api and not self.guard.may_act(sid, request.headers.get(sec.CSRF_HEADER)):
+            return {}, 403, "missing or wrong CSRF token: reload the page"
+        fields, status, bad = await self.fields(request)
+        if bad is not None:
+            return {}, status, bad
+        if not api and not self.guard.may_act(sid, fields.get(sec.CSRF_FIELD)):
+            return fields, 403, "missing or wrong CSRF token: reload the page"
+        return fields, 200, None
 
     def _action(self, work: Callable[[Request, dict[str, Any]], Any], notice: str,
                 back: Callable[[Request], str]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            fields, refused = await self._authorized(request)
+            fields, status, refused = await self._authorized(request)
             if refused is not None:
-                return self.error(request, 403, refused)
+                return self.error(request, status, refused)
             try:
                 result = await run_in_threadpool(work, request, fields)
             except InvalidInput as exc:
@@ -403,31 +418,8 @@ def create_app(app: App, *, guard: sec.Guard, hosts: list[str]) -> Starlette:
     console = Console(app, guard)
     return Starlette(
         routes=console.routes(),
-        middleware=[Middleware(_Segments), Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
-                    Middleware(_Headers), Middleware(_Login, guard=guard)],
-        exception_handlers=exception_handlers(console))
-
-
-def exception_handlers(console: Console) -> dict[Any, Callable[[Request, Exception], Response]]:
-    """Bad input as 400, a role without the grant as 403, a slow or absent database as 503:
-    each one line, as a page or as JSON."""
-
-    def invalid(request: Request, exc: Exception) -> Response:
-        return console.error(request, 400, str(exc))
-
-    def failed(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, errors.InsufficientPrivilege):
-            return console.error(request, 403, "the console's database role may not do this: "
-                                 "grant it with fairq roles --console ROLE --console-actions "
-                                 "(docs/roles.md)")
-        if isinstance(exc, errors.QueryCanceled):
-            return console.error(request, 503, "the database took too long; try again")
-        if isinstance(exc, errors.OperationalError):
-            return console.error(request, 503, "the database does not answer")
-        return console.error(request, 500, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
-
-    def not_found(request: Request, exc: Exception) -> Response:
-        return console.error(request, 404, "no such page")
-
-    return {InvalidInput: invalid, errors.DatabaseError: failed, Exception: failed,
-            404: not_found}
+        middleware=[Middleware(limits.BodyLimit), Middleware(_Segments),
+                    Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
+                    Middleware(_Headers), Middleware(limits.Errors, render=console.error),
+                    Middleware(_Login, guard=guard)],
+        exception_handlers=limits.exception_handlers(console.error))

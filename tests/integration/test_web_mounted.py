@@ -231,7 +231,8 @@ def test_csrf_is_still_enforced(host: Any, app: fairq.App, ids: dict[str, int],
     assert olga.post(f"/ops/jobs/{job}/retry", data={"csrf": token}).status_code == 200
 
 
-def test_authorize_async_and_checked(app: fairq.App, ids: dict[str, int]) -> None:
+def test_authorize_async_and_checked(app: fairq.App, ids: dict[str, int],
+                                     caplog: pytest.LogCaptureFixture) -> None:
     async def authorize(request: Request) -> Access | None:
         who = request.headers.get("x-user")
         return Access(who, act=who == "ana") if who else None
@@ -243,11 +244,14 @@ def test_authorize_async_and_checked(app: fairq.App, ids: dict[str, int]) -> Non
     assert 'href="/admin/queue/tenants/oops"' in page
     assert c.get("/admin/queue/tenants").status_code == 403
     assert c.get("/admin/queue/", headers={"x-user": "bob"}).status_code == 200
-    # A wrong answer of authorize is one line (500), not a page shown.
+    # A wrong answer of authorize is a 500 with a fixed text, and one line in the log.
     wrong = Starlette()
     wrong.mount("/ops", console(app, authorize=lambda r: "yes"))  # type: ignore[arg-type,return-value]
-    r = TestClient(wrong, raise_server_exceptions=False).get("/ops/api/overview")
-    assert r.status_code == 500 and "authorize must return fairq.web.Access" in r.json()["error"]
+    with caplog.at_level(logging.ERROR, logger="fairq.web"):
+        r = TestClient(wrong, raise_server_exceptions=False).get("/ops/api/overview")
+    assert r.status_code == 500 and r.json()["error"].startswith("the console failed")
+    (line,) = [x.getMessage() for x in caplog.records if x.name == "fairq.web"]
+    assert "authorize must return fairq.web.Access" in line and "\n" not in line
     denied = Starlette()
     denied.mount("/ops", console(app, authorize=lambda r: Access("x", read=False, act=True)))
     assert TestClient(denied).post(f"/ops/jobs/{ids['failed']}/retry").status_code == 403
