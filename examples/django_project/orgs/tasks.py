@@ -1,6 +1,9 @@
 """The example's tasks: ordinary Django Tasks; nothing here names fairq."""
 
-from django_tasks import task
+try:
+    from django.tasks import task  # Django 6
+except ImportError:
+    from django_tasks import task  # Django 5.2 with the django-tasks package
 
 
 @task()

@@ -11,8 +11,14 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.test import TransactionTestCase
-from django_tasks import TaskResultStatus, task_backends
-from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+
+try:  # Django 6 (its name for the invalid-task error is InvalidTask)
+    from django.tasks import TaskResultStatus, task_backends
+    from django.tasks.exceptions import InvalidTask as InvalidTaskError
+    from django.tasks.exceptions import TaskResultDoesNotExist
+except ImportError:  # Django 5.2 with the django-tasks package
+    from django_tasks import TaskResultStatus, task_backends
+    from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
 
 from fairq.contrib.django import FairqBackend, close_connections
 from orgs.tasks import broken, build_report

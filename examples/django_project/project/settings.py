@@ -3,6 +3,8 @@ of each enqueue from the organisation of the request being served."""
 
 import os
 
+import django
+
 SECRET_KEY = "example-only-not-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["*"]
@@ -10,7 +12,8 @@ USE_TZ = True
 ROOT_URLCONF = "project.urls"
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
-    "django_tasks",           # Django 5.2: the Tasks framework's package (built in from Django 6)
+    # Django 5.2: the Tasks framework's package (built in from Django 6)
+    *(["django_tasks"] if django.VERSION < (6,) else []),
     "fairq.contrib.django",   # manage.py fairq_worker, fairq_migrate
     "orgs",
 ]
